@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Builds the local control plane used by the integration tests (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok) and helm, from source fetched through
+# the Go module proxy with the machine's Go. Nothing prebuilt is downloaded and nothing is
+# written into the repository: binaries live in a cache keyed by name and version,
+#   ${SLO_BIN_CACHE:-$HOME/.cache/slo-operator/bin}/<name>-<version>/<name>
+# and an env file with their paths is written to ${SLO_BIN_CACHE}/slo-bin.env (read by
+# tests/support/cluster.py). A binary that exists and answers its version command is not rebuilt,
+# so a warm run takes seconds.
+#
+# Usage: hack/build-binaries.sh [--only NAME[,NAME...]] [--force]
+#   NAME is one of: etcd kube kwok helm
+#   Versions can be overridden: ETCD_VERSION, KUBE_VERSION, KUBE_FALLBACK_VERSION,
+#   KWOK_VERSION, HELM_VERSION.
+set -euo pipefail
+
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# Newest 1.37 patch on the module proxy when this was written (go list -m -versions
+# k8s.io/kubernetes); pinned so that CI reuses its cache instead of rebuilding on every release.
+KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+KUBE_FALLBACK_VERSION=${KUBE_FALLBACK_VERSION:-v1.36.3}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+HELM_VERSION=${HELM_VERSION:-v4.3.2}
+
+CACHE=${SLO_BIN_CACHE:-$HOME/.cache/slo-operator/bin}
+ENV_FILE="$CACHE/slo-bin.env"
+LOG_DIR="$CACHE/logs"
+
+ONLY="etcd,kube,kwok,helm"
+FORCE=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only) ONLY="$2"; shift 2 ;;
+    --force) FORCE=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+# Never let a go.mod "toolchain" line make the go command fetch another toolchain; static
+# binaries need no libc on the host.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
+command -v go >/dev/null || { echo "go is required" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
+mkdir -p "$CACHE" "$LOG_DIR"
+
+declare -A ENV_OUT=()
+FAILED=()
+SUMMARY=()
+
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+now() { date +%s; }
+
+# json_field FIELD: read one top-level field from a JSON document on stdin.
+json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+
+# is_built BIN EXPECTED ARGS...: the binary exists and its version output names EXPECTED.
+is_built() {
+  local bin=$1 expected=$2; shift 2
+  [[ $FORCE == 0 && -x "$bin" ]] || return 1
+  "$bin" "$@" 2>&1 | grep -q -- "${expected#v}"
+}
+
+# make_wrapper DIR MODULE VERSION LOCAL_VERSION
+# Generates a main module in DIR that requires MODULE@VERSION. Upstream go.mod files replace
+# sibling modules with local paths (etcd's ../api, Kubernetes' ./staging/src/k8s.io/*), which a
+# dependency's replaces cannot do; each such replace that MODULE requires becomes a replace with
+# the released LOCAL_VERSION of that module. The list is read from the downloaded go.mod, never
+# hard-coded. Non-local replaces and godebug defaults are carried over as upstream sets them.
+make_wrapper() {
+  local dir=$1 mod=$2 ver=$3 local_ver=$4
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  local gomod
+  gomod=$(cd "$dir" && go mod download -json "$mod@$ver" | json_field GoMod) || return 1
+  (cd "$dir" && go mod init slo-operator.local/build >/dev/null 2>&1) || return 1
+  go mod edit -json "$gomod" >"$dir/upstream-go.mod.json" || return 1
+  python3 - "$dir/upstream-go.mod.json" "$local_ver" >"$dir/edits" <<'PY' || return 1
+import json
+import sys
+
+gomod = json.load(open(sys.argv[1]))
+local_version = sys.argv[2]
+required = {r["Path"] for r in gomod.get("Require") or []}
+print(f"-go={gomod['Go']}")
+for g in gomod.get("Godebug") or []:
+    print(f"-godebug={g['Key']}={g['Value']}")
+for r in gomod.get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    if new["Path"].startswith((".", "/")):
+        # Local-path replaces of modules nothing requires (etcd's FORBIDDEN_DEPENDENCY
+        # guards) have no released counterpart and are not needed.
+        if old["Path"] in required:
+            print(f"-replace={old['Path']}={old['Path']}@{local_version}")
+    else:
+        src = old["Path"] + ("@" + old["Version"] if old.get("Version") else "")
+        print(f"-replace={src}={new['Path']}@{new['Version']}")
+PY
+  (cd "$dir" && xargs go mod edit <edits) || return 1
+}
+
+# build_in DIR LOG CMD...: run CMD in the wrapper module DIR, appending its output to LOG.
+build_in() {
+  local dir=$1 log=$2; shift 2
+  (cd "$dir" && "$@") >>"$log" 2>&1
+}
+
+record() { SUMMARY+=("$(printf '%-24s %-10s %6ss  %s' "$1" "$2" "$3" "$4")"); }
+
+build_etcd() {
+  local out="$CACHE/etcd-$ETCD_VERSION" t0; t0=$(now)
+  ENV_OUT[SLO_ETCD]="$out/etcd"
+  ENV_OUT[SLO_ETCD_VERSION]="$ETCD_VERSION"
+  if is_built "$out/etcd" "$ETCD_VERSION" --version; then
+    record etcd "$ETCD_VERSION" $(( $(now) - t0 )) cached; return 0
+  fi
+  local dir="$CACHE/src/etcd-$ETCD_VERSION" log="$LOG_DIR/etcd-$ETCD_VERSION.log"
+  : >"$log"
+  echo ">> building etcd $ETCD_VERSION (log: $log)"
+  make_wrapper "$dir" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" >>"$log" 2>&1 || return 1
+  build_in "$dir" "$log" go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" || return 1
+  mkdir -p "$out" || return 1
+  build_in "$dir" "$log" go build -trimpath \
+    -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$ETCD_VERSION" \
+    -o "$out/etcd" go.etcd.io/etcd/server/v3 || return 1
+  is_built "$out/etcd" "$ETCD_VERSION" --version || return 1
+  record etcd "$ETCD_VERSION" $(( $(now) - t0 )) built
+}
+
+# build_kube VERSION: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl in one
+# go build so that shared packages compile once.
+build_kube() {
+  local ver=$1 t0; t0=$(now)
+  local minor=${ver#v1.}; minor=${minor%%.*}
+  local staging="v0.${ver#v1.}"
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local all_built=1 b
+  for b in "${bins[@]}"; do
+    local args=(--version); [[ $b == kubectl ]] && args=(version --client)
+    is_built "$CACHE/$b-$ver/$b" "$ver" "${args[@]}" || all_built=0
+  done
+  if [[ $all_built == 1 ]]; then
+    record kubernetes "$ver" $(( $(now) - t0 )) cached
+  else
+    local dir="$CACHE/src/kubernetes-$ver" log="$LOG_DIR/kubernetes-$ver.log"
+    : >"$log"
+    echo ">> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $ver (log: $log)"
+    make_wrapper "$dir" k8s.io/kubernetes "$ver" "$staging" >>"$log" 2>&1 || return 1
+    local pkgs=() ldflags="-s -w" info date sum p
+    for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    build_in "$dir" "$log" go get "${pkgs[@]/%/@$ver}" || return 1
+    # Release builds stamp these through hack/lib/version.sh; without them /version says v0.0.0.
+    info=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$ver")
+    date=$(python3 -c 'import json,sys; print(json.load(open(json.load(sys.stdin)["Info"]))["Time"])' <<<"$info")
+    sum=$(json_field Sum <<<"$info")
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $p.gitVersion=$ver -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+      ldflags+=" -X $p.gitCommit=module:${sum} -X $p.gitTreeState=clean -X $p.buildDate=$date"
+    done
+    local tmp="$CACHE/src/kubernetes-$ver/bin"
+    mkdir -p "$tmp"
+    build_in "$dir" "$log" go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}" || return 1
+    for b in "${bins[@]}"; do
+      mkdir -p "$CACHE/$b-$ver"
+      mv -f "$tmp/$b" "$CACHE/$b-$ver/$b"
+    done
+    record kubernetes "$ver" $(( $(now) - t0 )) built
+  fi
+  ENV_OUT[SLO_KUBE_APISERVER]="$CACHE/kube-apiserver-$ver/kube-apiserver"
+  ENV_OUT[SLO_KUBE_CONTROLLER_MANAGER]="$CACHE/kube-controller-manager-$ver/kube-controller-manager"
+  ENV_OUT[SLO_KUBE_SCHEDULER]="$CACHE/kube-scheduler-$ver/kube-scheduler"
+  ENV_OUT[SLO_KUBECTL]="$CACHE/kubectl-$ver/kubectl"
+  ENV_OUT[SLO_KUBE_VERSION]="$ver"
+}
+
+build_kwok() {
+  local out="$CACHE/kwok-$KWOK_VERSION" t0; t0=$(now)
+  ENV_OUT[SLO_KWOK]="$out/kwok"
+  ENV_OUT[SLO_KWOK_STAGES]="$out/stages"
+  ENV_OUT[SLO_KWOK_VERSION]="$KWOK_VERSION"
+  if is_built "$out/kwok" "$KWOK_VERSION" --version && [[ -s "$out/stages/pod-ready.yaml" ]]; then
+    record kwok "$KWOK_VERSION" $(( $(now) - t0 )) cached; return 0
+  fi
+  local dir="$CACHE/src/kwok-$KWOK_VERSION" log="$LOG_DIR/kwok-$KWOK_VERSION.log"
+  : >"$log"
+  echo ">> building kwok $KWOK_VERSION (log: $log)"
+  make_wrapper "$dir" sigs.k8s.io/kwok "$KWOK_VERSION" "$KWOK_VERSION" >>"$log" 2>&1 || return 1
+  build_in "$dir" "$log" go get "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" || return 1
+  mkdir -p "$out/stages" || return 1
+  build_in "$dir" "$log" go build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+    -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok || return 1
+  # Stage objects drive the fake node/pod lifecycle; they ship in the module, not in the binary.
+  local src
+  src=$(cd "$dir" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | json_field Dir) || return 1
+  install -m 0644 \
+    "$src/kustomize/stage/node/fast/node-initialize.yaml" \
+    "$src/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+    "$src/kustomize/stage/pod/fast/pod-ready.yaml" \
+    "$src/kustomize/stage/pod/fast/pod-complete.yaml" \
+    "$src/kustomize/stage/pod/fast/pod-delete.yaml" \
+    "$out/stages/" || return 1
+  is_built "$out/kwok" "$KWOK_VERSION" --version || return 1
+  record kwok "$KWOK_VERSION" $(( $(now) - t0 )) built
+}
+
+build_helm() {
+  local out="$CACHE/helm-$HELM_VERSION" t0; t0=$(now)
+  local major=${HELM_VERSION%%.*}
+  ENV_OUT[SLO_HELM]="$out/helm"
+  ENV_OUT[SLO_HELM_VERSION]="$HELM_VERSION"
+  if is_built "$out/helm" "$HELM_VERSION" version --short; then
+    record helm "$HELM_VERSION" $(( $(now) - t0 )) cached; return 0
+  fi
+  local dir="$CACHE/src/helm-$HELM_VERSION" log="$LOG_DIR/helm-$HELM_VERSION.log"
+  : >"$log"
+  echo ">> building helm $HELM_VERSION (log: $log)"
+  make_wrapper "$dir" "helm.sh/helm/$major" "$HELM_VERSION" "$HELM_VERSION" >>"$log" 2>&1 || return 1
+  build_in "$dir" "$log" go get "helm.sh/helm/$major/cmd/helm@$HELM_VERSION" || return 1
+  mkdir -p "$out" || return 1
+  build_in "$dir" "$log" go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$HELM_VERSION" \
+    -o "$out/helm" "helm.sh/helm/$major/cmd/helm" || return 1
+  is_built "$out/helm" "$HELM_VERSION" version --short || return 1
+  record helm "$HELM_VERSION" $(( $(now) - t0 )) built
+}
+
+# failed NAME PREFIX: remember the failure and publish no path for that component.
+DROPPED=()
+failed() {
+  FAILED+=("$1")
+  DROPPED+=("$2")
+  local k
+  for k in "${!ENV_OUT[@]}"; do [[ $k == "$2"* ]] && unset "ENV_OUT[$k]"; done
+  return 0
+}
+
+T_START=$(now)
+if want etcd; then build_etcd || failed etcd SLO_ETCD; fi
+if want kube; then
+  if ! build_kube "$KUBE_VERSION"; then
+    echo "!! Kubernetes $KUBE_VERSION failed to build (see $LOG_DIR/kubernetes-$KUBE_VERSION.log);" \
+      "falling back to $KUBE_FALLBACK_VERSION" >&2
+    build_kube "$KUBE_FALLBACK_VERSION" || failed kube SLO_KUBE
+  fi
+fi
+if want kwok; then build_kwok || failed kwok SLO_KWOK; fi
+if want helm; then build_helm || failed helm SLO_HELM; fi
+
+# Keep entries for components not rebuilt in this run (e.g. with --only).
+if [[ -f "$ENV_FILE" ]]; then
+  while IFS='=' read -r k v; do
+    [[ -z "$k" || -n "${ENV_OUT[$k]+x}" ]] && continue
+    for d in "${DROPPED[@]}"; do [[ $k == "$d"* ]] && continue 2; done
+    ENV_OUT[$k]="$v"
+  done <"$ENV_FILE"
+fi
+tmp_env=$(mktemp "$CACHE/.env.XXXXXX")
+for k in $(printf '%s\n' "${!ENV_OUT[@]}" | sort); do
+  printf '%s=%s\n' "$k" "${ENV_OUT[$k]}" >>"$tmp_env"
+done
+mv -f "$tmp_env" "$ENV_FILE"
+
+echo "== build summary (total $(( $(now) - T_START ))s)"
+printf '%s\n' "${SUMMARY[@]}"
+echo "== env file: $ENV_FILE"
+cat "$ENV_FILE"
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+  echo "!! failed: ${FAILED[*]} (logs in $LOG_DIR)" >&2
+  exit 1
+fi
