@@ -1,0 +1,1 @@
+"""Thin kopf handlers: each one calls the reconciler and maps its outcome to kopf."""

@@ -1,0 +1,204 @@
+"""The Kubernetes adapter: the only place that talks to the API server.
+
+Objects are written with server-side apply under one field manager, so the operator owns
+exactly the fields it renders and a GitOps tool owning the InferenceService never fights
+it. Status goes through the ``/status`` subresource only.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from slo_operator.api.models import GROUP, VERSION
+from slo_operator.reconcile.plan import NodeInfo
+from slo_operator.reconcile.status import DeploymentObs, PodObs
+
+FIELD_MANAGER = "slo-operator"
+log = logging.getLogger(__name__)
+
+PLURALS = {"InferenceService": "inferenceservices", "SLOPolicy": "slopolicies"}
+
+
+def load_api_client(kubeconfig: str | None = None) -> ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()
+            return ApiClient()
+        except config.ConfigException:
+            pass
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return ApiClient(cfg)
+
+
+class Kube:
+    """Synchronous calls; the reconciler runs them in worker threads."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._dynamic: DynamicClient | None = None
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api)
+        return self._dynamic
+
+    # ------------------------------------------------------------------ reads
+
+    def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind], name
+            )
+            return obj
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list_custom(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace:
+            out = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURALS[kind]
+            )
+        else:
+            out = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind])
+        items: list[dict[str, Any]] = out.get("items", [])
+        return items
+
+    def list_nodes(self) -> list[NodeInfo]:
+        nodes = []
+        for n in self.core.list_node().items:
+            taints = n.spec.taints or []
+            schedulable = not n.spec.unschedulable and not any(
+                t.effect == "NoSchedule" and t.key == "node.kubernetes.io/unschedulable"
+                for t in taints
+            )
+            nodes.append(
+                NodeInfo(
+                    name=n.metadata.name,
+                    labels=dict(n.metadata.labels or {}),
+                    allocatable=dict((n.status.allocatable or {}) if n.status else {}),
+                    schedulable=schedulable,
+                )
+            )
+        return nodes
+
+    def get_deployment(self, namespace: str, name: str) -> DeploymentObs | None:
+        try:
+            d = self.apps.read_namespaced_deployment(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        st = d.status
+        return DeploymentObs(
+            replicas=st.replicas or 0,
+            ready_replicas=st.ready_replicas or 0,
+            updated_replicas=st.updated_replicas or 0,
+            generation=d.metadata.generation or 0,
+            observed_generation=st.observed_generation or 0,
+        )
+
+    def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[PodObs]:
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        out = []
+        for p in pods:
+            if p.metadata.deletion_timestamp:
+                continue
+            unsched, msg = False, ""
+            for c in (p.status.conditions or []) if p.status else []:
+                if c.type == "PodScheduled" and c.status == "False":
+                    unsched = c.reason == "Unschedulable"
+                    msg = c.message or ""
+            out.append(PodObs(p.metadata.name, p.status.phase or "Unknown", unsched, msg))
+        return out
+
+    # ------------------------------------------------------------------ writes
+
+    def apply(self, obj: Mapping[str, Any]) -> None:
+        """Server-side apply; force, since this manager is the owner of what it renders."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        self.dynamic.server_side_apply(
+            resource,
+            body=dict(obj),
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    def patch_status(
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch the status subresource (never the spec: Git owns it)."""
+        self.custom.api_client.call_api(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURALS[kind]}/{name}/status",
+            "PATCH",
+            body={"status": dict(status)},
+            header_params={"Content-Type": "application/merge-patch+json"},
+            auth_settings=["BearerToken"],
+            response_type="object",
+            _return_http_data_only=True,
+        )
+
+    def event(
+        self,
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
+        """A core/v1 Event on the object; failures are logged, never raised."""
+        meta = involved["metadata"]
+        ts = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {
+                "generateName": f"{meta['name']}.",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": f"{FIELD_MANAGER}-{uuid.getnode():x}",
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as e:
+            log.warning("Failed to post event %s on %s: %s", reason, meta["name"], e.reason)
+
+    def patch_pod_annotations(
+        self, namespace: str, names: Sequence[str], annotations: Mapping[str, str]
+    ) -> None:
+        for name in names:
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": {"annotations": dict(annotations)}}
+            )

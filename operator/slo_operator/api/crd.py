@@ -1,0 +1,218 @@
+"""Generate the CustomResourceDefinitions from the pydantic models.
+
+Kubernetes wants a *structural* OpenAPI v3.0 schema: no ``$ref``, no ``anyOf`` with
+``null``, ``exclusiveMinimum`` as a boolean beside ``minimum``, no ``title``. Pydantic
+emits JSON Schema 2020-12, so this module rewrites one into the other. It is pure: models
+in, plain dicts out; ``slo-operator crds`` prints them and a test holds ``crds/`` equal.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from slo_operator.api.models import (
+    GROUP,
+    VERSION,
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    SLOPolicySpec,
+    SLOPolicyStatus,
+)
+
+CATEGORY = "slo-operator"
+
+_DROP_KEYS = {"title"}
+
+
+def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
+    """Resolve $ref, collapse Optional, convert 2020-12 keywords to OpenAPI 3.0."""
+    if isinstance(schema, list):
+        return [_inline(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        name = schema["$ref"].split("/")[-1]
+        merged = copy.deepcopy(defs[name])
+        extra = {k: v for k, v in schema.items() if k != "$ref"}
+        merged.update(extra)
+        return _inline(merged, defs)
+    if "anyOf" in schema:
+        options = [o for o in schema["anyOf"] if o.get("type") != "null"]
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        if len(options) == 1:
+            merged = copy.deepcopy(options[0])
+            merged.update(rest)
+            if merged.get("default", 0) is None:
+                del merged["default"]
+            return _inline(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DROP_KEYS:
+            continue
+        if key == "properties":
+            out[key] = {k: _inline(v, defs) for k, v in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _inline(value, defs)
+        elif key == "exclusiveMinimum" and not isinstance(value, bool):
+            out["minimum"] = value
+            out["exclusiveMinimum"] = True
+        elif key == "exclusiveMaximum" and not isinstance(value, bool):
+            out["maximum"] = value
+            out["exclusiveMaximum"] = True
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "default" and value is None:
+            continue
+        else:
+            out[key] = value
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if "additionalProperties" in out and out["additionalProperties"] is False:
+        # extra="forbid" in pydantic; the API server prunes unknown fields anyway.
+        del out["additionalProperties"]
+    return out
+
+
+def _defaults_for_nested_objects(schema: dict[str, Any]) -> None:
+    """Optional objects whose fields all have defaults default to ``{}``.
+
+    The API server applies defaults only inside objects that exist, so without this an
+    omitted ``spec.objectives`` would come back without its 800 ms default.
+    """
+    required = set(schema.get("required", []))
+    for name, prop in schema.get("properties", {}).items():
+        if prop.get("type") == "object" and "properties" in prop:
+            _defaults_for_nested_objects(prop)
+            if name not in required and "default" not in prop and not prop.get("required"):
+                prop["default"] = {}
+
+
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    schema: dict[str, Any] = _inline(raw, defs)
+    _defaults_for_nested_objects(schema)
+    return schema
+
+
+def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = openapi_schema(model)
+    # Status is written by the operator only; keep it open for fields added in newer
+    # versions so an older operator never fails to read what a newer one wrote.
+    schema["x-kubernetes-preserve-unknown-fields"] = True
+    return schema
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short: str,
+    spec_model: type[BaseModel],
+    status_model: type[BaseModel],
+    columns: list[dict[str, Any]],
+    spec_required: bool,
+) -> dict[str, Any]:
+    spec_schema = openapi_schema(spec_model)
+    root: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": _status_schema(status_model),
+        },
+    }
+    if spec_required:
+        root["required"] = ["spec"]
+    else:
+        spec_schema["default"] = {}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "slo-operator"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+def inference_service_crd() -> dict[str, Any]:
+    columns = [
+        {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+        {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+        {"name": "Batch", "type": "integer", "jsonPath": ".status.batchLimit"},
+        {"name": "GPU", "type": "string", "jsonPath": ".status.hardware.product"},
+        {"name": "P99ms", "type": "number", "jsonPath": ".status.observed.e2eP99Ms"},
+        {"name": "TTFTms", "type": "number", "jsonPath": ".status.observed.ttftMs"},
+        {
+            "name": "SLO",
+            "type": "string",
+            "jsonPath": '.status.conditions[?(@.type=="SLOCompliant")].status',
+        },
+        {
+            "name": "Status",
+            "type": "string",
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+            "priority": 1,
+        },
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(
+        "InferenceService",
+        "inferenceservices",
+        "infsvc",
+        InferenceServiceSpec,
+        InferenceServiceStatus,
+        columns,
+        spec_required=True,
+    )
+
+
+def slo_policy_crd() -> dict[str, Any]:
+    columns = [
+        {"name": "P99ms", "type": "integer", "jsonPath": ".spec.objectives.e2eLatencyP99Ms"},
+        {"name": "TTFTms", "type": "integer", "jsonPath": ".spec.objectives.ttftP95Ms"},
+        {"name": "Target", "type": "number", "jsonPath": ".spec.attainmentTarget"},
+        {"name": "Attainment", "type": "number", "jsonPath": ".status.attainment"},
+        {"name": "Services", "type": "integer", "jsonPath": ".status.boundCount"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(
+        "SLOPolicy",
+        "slopolicies",
+        "slo",
+        SLOPolicySpec,
+        SLOPolicyStatus,
+        columns,
+        spec_required=False,
+    )
+
+
+def all_crds() -> list[dict[str, Any]]:
+    return [inference_service_crd(), slo_policy_crd()]

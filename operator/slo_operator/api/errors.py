@@ -1,0 +1,48 @@
+"""Turn validation failures into messages that name the field, as kubectl users expect."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out = f"{out}.{part}" if out else str(part)
+    return out
+
+
+def field_problems(err: ValidationError, prefix: str = "spec") -> list[FieldProblem]:
+    """One problem per pydantic error, each with a dotted CRD path.
+
+    Cross-field validators already put the field path in their message, so for those the
+    message is used as it is rather than prefixed twice.
+    """
+    problems: list[FieldProblem] = []
+    for e in err.errors(include_url=False):
+        loc = tuple(p for p in e["loc"] if p not in ("function-after", "function-before"))
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        if msg.startswith("spec."):
+            field = msg.split(" ", 1)[0]
+            problems.append(FieldProblem(field, msg))
+            continue
+        problems.append(FieldProblem(_path(prefix, loc), msg))
+    return problems
+
+
+def summarize(problems: list[FieldProblem]) -> str:
+    return "; ".join(str(p) for p in problems)

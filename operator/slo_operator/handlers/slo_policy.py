@@ -1,0 +1,32 @@
+"""kopf handlers for SLOPolicy: validate, bind, and re-plan the services bound to it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from slo_operator.api.models import GROUP, VERSION
+from slo_operator.handlers.inference_service import _run
+from slo_operator.handlers.setup import context
+from slo_operator.reconcile.policy import reconcile_policy
+
+RESOURCE = (GROUP, VERSION, "slopolicies")
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+async def on_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    ctx = context(memo)
+    bound = await reconcile_policy(ctx.kube, body, datetime.now(UTC))
+    namespace = body["metadata"]["namespace"]
+    for name in bound:
+        svc = ctx.kube.get_custom("InferenceService", namespace, name)
+        if svc is None:
+            continue
+        try:
+            await _run(kopf.Body(svc), memo)
+        except (kopf.PermanentError, kopf.TemporaryError):
+            pass

@@ -1,0 +1,1 @@
+"""One reconcile for every trigger: observe, decide, apply, report."""

@@ -1,0 +1,290 @@
+"""Pure planning for one InferenceService: spec + policy + nodes -> desired state.
+
+No client, no clock: the caller passes what it observed and ``now``; the same function
+backs the operator, ``slo-operator render`` and the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slo_operator.api import conditions as C
+from slo_operator.api.models import (
+    HardwareStatus,
+    InferenceServiceSpec,
+    SLOPolicySpec,
+)
+from slo_operator.engine import (
+    BatchBounds,
+    EngineError,
+    EnginePlan,
+    EnginePrefs,
+    ModelFacts,
+    plan_engine,
+)
+from slo_operator.hardware import HardwareResolution, classify_node, resolve_product
+from slo_operator.render.objects import RenderInput
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the planner needs from one Node object."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Nodes that share one hardware class (same identifying labels)."""
+
+    resolution: HardwareResolution
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    total_gpus: int
+
+    @property
+    def product(self) -> str:
+        hw = self.resolution.hardware
+        return hw.product if hw else "unknown"
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
+    """Group schedulable GPU nodes by the labels that identify their hardware class."""
+    grouped: dict[tuple[tuple[str, str], ...], tuple[HardwareResolution, list[NodeInfo]]] = {}
+    for node in nodes:
+        if not node.schedulable:
+            continue
+        res = classify_node(node.labels)
+        if res.hardware is None:
+            continue
+        key = tuple(sorted(dict(res.node_selector).items()))
+        grouped.setdefault(key, (res, []))[1].append(node)
+    pools = []
+    for res, members in grouped.values():
+        assert res.hardware is not None
+        resource = res.hardware.resource_name
+        per_node = [_int(n.allocatable.get(resource)) or res.gpus_per_node for n in members]
+        pools.append(
+            Pool(
+                resolution=res,
+                nodes=tuple(sorted(n.name for n in members)),
+                gpus_per_node=max(per_node),
+                total_gpus=sum(per_node),
+            )
+        )
+    return sorted(pools, key=lambda p: (p.product, p.nodes))
+
+
+def pool_from_product(name: str) -> Pool | None:
+    """A synthetic pool for previews (``render --gpu-product``)."""
+    res = resolve_product(name)
+    if res.hardware is None:
+        return None
+    return Pool(res, (), res.gpus_per_node, res.gpus_per_node)
+
+
+def _matches_selector(pool: Pool, nodes: Sequence[NodeInfo], selector: Mapping[str, str]) -> bool:
+    if not selector:
+        return True
+    members = [n for n in nodes if n.name in pool.nodes]
+    return any(all(n.labels.get(k) == v for k, v in selector.items()) for n in members)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reason not to deploy, with the field to fix."""
+
+    reason: str
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    pool: Pool
+    engine: EnginePlan
+    render: RenderInput
+    hardware_status: HardwareStatus
+    notes: tuple[str, ...]
+
+
+def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
+    m = spec.model
+    return ModelFacts(
+        name=m.name,
+        served_name=m.served_name,
+        params_billion=m.size_billions,
+        max_model_len=m.max_model_len,
+        num_layers=m.num_layers,
+        num_kv_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        quantized_checkpoint=m.quantized_checkpoint,
+    )
+
+
+def engine_prefs(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> EnginePrefs:
+    e = spec.engine
+    return EnginePrefs(
+        precision=e.precision,
+        kv_cache_dtype=e.kv_cache_dtype,
+        tensor_parallel_size=e.tensor_parallel_size or spec.hardware.gpus_per_replica,
+        allow_quantization=policy.allow_quantization,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        extra_args=tuple(e.extra_args),
+    )
+
+
+def batch_bounds(policy: SLOPolicySpec, current: int | None) -> BatchBounds:
+    b = policy.batching
+    return BatchBounds(min_seqs=b.min_batch, max_seqs=b.max_batch, initial=current)
+
+
+def candidate_pools(
+    spec: InferenceServiceSpec, pools: Sequence[Pool], nodes: Sequence[NodeInfo]
+) -> tuple[list[Pool], Problem | None]:
+    """Pools allowed by the spec, in order of preference."""
+    allowed = [p for p in pools if _matches_selector(p, nodes, spec.hardware.node_selector)]
+    if not spec.hardware.gpu_products:
+        if allowed:
+            return allowed, None
+        return [], Problem(
+            C.NO_MATCHING_NODES,
+            "spec.hardware.nodeSelector",
+            "No schedulable GPU nodes match spec.hardware.nodeSelector"
+            if spec.hardware.node_selector
+            else "No schedulable nodes carry GPU labels (NVIDIA GFD, AMD labeller or Gaudi)",
+        )
+    ordered: list[Pool] = []
+    for i, wanted in enumerate(spec.hardware.gpu_products):
+        res = resolve_product(wanted)
+        if res.hardware is None:
+            return [], Problem(
+                C.UNKNOWN_GPU, f"spec.hardware.gpuProducts[{i}]", res.message
+            )
+        ordered += [p for p in allowed if p.product == res.hardware.product and p not in ordered]
+    if not ordered:
+        wanted_s = ", ".join(spec.hardware.gpu_products)
+        have = ", ".join(sorted({p.product for p in pools})) or "none"
+        return [], Problem(
+            C.NO_MATCHING_NODES,
+            "spec.hardware.gpuProducts",
+            f"No schedulable nodes with GPU products [{wanted_s}]; GPU pools present: {have}",
+        )
+    return ordered, None
+
+
+def plan_service(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: InferenceServiceSpec,
+    policy: SLOPolicySpec,
+    policy_name: str,
+    pools: Sequence[Pool],
+    nodes: Sequence[NodeInfo] = (),
+    replicas: int,
+    batch_limit: int | None = None,
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+) -> ServicePlan | Problem:
+    """Choose a pool and engine settings; the first pool where the model fits wins.
+
+    Without preferences, the pool needing the fewest GPUs per replica wins (ties: more
+    GPUs in the pool), as a first proxy for the lowest GPU cost.
+    """
+    candidates, problem = candidate_pools(spec, pools, nodes)
+    if problem:
+        return problem
+    plans: list[tuple[Pool, EnginePlan]] = []
+    first_error: EngineError | None = None
+    for pool in candidates:
+        hw = pool.resolution.hardware
+        assert hw is not None
+        try:
+            plans.append(
+                (
+                    pool,
+                    plan_engine(
+                        hw,
+                        pool.gpus_per_node,
+                        model_facts(spec),
+                        engine_prefs(spec, policy),
+                        batch_bounds(policy, batch_limit),
+                    ),
+                )
+            )
+        except EngineError as err:
+            first_error = first_error or err
+            continue
+        if spec.hardware.gpu_products:
+            break  # preference order is the user's; first feasible preferred pool wins
+    if not plans:
+        assert first_error is not None
+        return Problem(C.ENGINE_INFEASIBLE, first_error.field, first_error.message)
+    if not spec.hardware.gpu_products:
+        plans.sort(key=lambda pe: (pe[1].tensor_parallel_size, -pe[0].total_gpus))
+    pool, engine = plans[0]
+    hw = pool.resolution.hardware
+    assert hw is not None
+    gpus = engine.tensor_parallel_size
+    cc = hw.compute_capability
+    render = RenderInput(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        engine_image=spec.engine.image,
+        runtime_image=runtime_image,
+        engine_args=engine.args,
+        engine_env=tuple(engine.env) + tuple((e.name, e.value) for e in spec.engine.env),
+        gpus_per_replica=gpus,
+        gpu_resource=hw.resource_name,
+        gpu_product=hw.product,
+        pool_selector=dict(pool.resolution.node_selector),
+        node_selector=dict(spec.hardware.node_selector),
+        tolerations=tuple(t.model_dump(by_alias=True, exclude_none=True)
+                          for t in spec.hardware.tolerations),
+        replicas=replicas,
+        batch_limit=engine.max_num_seqs,
+        tenant=policy.tenant or namespace,
+        policy=policy_name,
+        served_model_name=spec.model.served_name or spec.model.name,
+        expected_compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
+    )
+    status = HardwareStatus(
+        vendor=hw.vendor,
+        product=hw.product,
+        architecture=hw.architecture,
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc else hw.gfx_target,
+        memory_gi_b=hw.memory_gib,
+        gpus_per_replica=gpus,
+        fp8=engine.quantization is not None and "fp8" in engine.quantization,
+    )
+    notes = tuple(n.message for n in engine.notes) + tuple(
+        f"{c.field}: {c.message}" for c in engine.conflicts
+    )
+    return ServicePlan(pool, engine, render, status, notes)
+
+
+def initial_replicas(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> tuple[int, int]:
+    """(min, max) replicas: the service's bounds narrow the policy's."""
+    lo = policy.scaling.min_replicas
+    hi = policy.scaling.max_replicas
+    if spec.replicas.min is not None:
+        lo = max(lo, spec.replicas.min)
+    if spec.replicas.max is not None:
+        hi = min(hi, spec.replicas.max)
+    return lo, max(lo, hi)

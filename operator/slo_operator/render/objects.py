@@ -1,0 +1,299 @@
+"""Desired Kubernetes objects for one InferenceService, as plain dicts.
+
+Pure functions: everything they need arrives in :class:`RenderInput`; nothing here reads
+the cluster or the clock. The adapter applies the result with server-side apply under one
+field manager, so a field dropped here is dropped from the cluster on the next apply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slo_operator.api.models import API_VERSION, GROUP
+
+# Ports: the in-pod gateway is what clients and the Service reach; vLLM listens behind it
+# on loopback-facing port 8001 (also scraped for vLLM's own metrics).
+GATEWAY_PORT = 8000
+VLLM_PORT = 8001
+
+LABEL_SERVICE = f"{GROUP}/service"
+LABEL_TENANT = f"{GROUP}/tenant"
+LABEL_POLICY = f"{GROUP}/policy"
+LABEL_GPU = f"{GROUP}/gpu-product"
+ANNOTATION_INFLIGHT_LIMIT = f"{GROUP}/inflight-limit"
+ANNOTATION_ENGINE_HASH = f"{GROUP}/engine-hash"
+MANAGED_BY = "slo-operator"
+
+RUNTIME_MOUNT = "/opt/slo-runtime"
+LIMIT_DIR = "/etc/slo-runtime"
+
+
+@dataclass(frozen=True)
+class RenderInput:
+    """Everything render needs about one service, already decided elsewhere."""
+
+    name: str
+    namespace: str
+    uid: str
+    engine_image: str
+    runtime_image: str
+    engine_args: Sequence[str]
+    engine_env: Sequence[tuple[str, str]] = ()
+    gpus_per_replica: int = 1
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_product: str = ""
+    pool_selector: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    replicas: int = 1
+    batch_limit: int = 256
+    tenant: str = ""
+    policy: str = ""
+    served_model_name: str = ""
+    expected_compute_capability: str = ""
+
+
+def _instance_name(inp: RenderInput) -> str:
+    # "-vllm" keeps the Deployment name distinct from the InferenceService in kubectl output.
+    return f"{inp.name}-vllm"
+
+
+def selector_labels(inp: RenderInput) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": inp.name,
+        LABEL_SERVICE: inp.name,
+    }
+
+
+def common_labels(inp: RenderInput) -> dict[str, str]:
+    labels = {
+        **selector_labels(inp),
+        "app.kubernetes.io/component": "inference",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/part-of": "slo-operator",
+        LABEL_TENANT: inp.tenant or inp.namespace,
+    }
+    if inp.policy:
+        labels[LABEL_POLICY] = inp.policy
+    if inp.gpu_product:
+        labels[LABEL_GPU] = _label_value(inp.gpu_product)
+    return labels
+
+
+def _label_value(value: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in value)[:63]
+    return cleaned.strip("-_.")
+
+
+def owner_reference(inp: RenderInput) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceService",
+        "name": inp.name,
+        "uid": inp.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(inp: RenderInput, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": inp.namespace,
+        "labels": common_labels(inp),
+        "ownerReferences": [owner_reference(inp)],
+    }
+
+
+def _affinity(inp: RenderInput) -> dict[str, Any] | None:
+    if not inp.pool_selector:
+        return None
+    expressions = [
+        {"key": k, "operator": "In", "values": [v]} for k, v in sorted(inp.pool_selector.items())
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
+
+
+def engine_hash(inp: RenderInput) -> str:
+    """Stable digest of what needs a restart to change, shown on the pod template."""
+    import hashlib
+
+    payload = json.dumps(
+        {"image": inp.engine_image, "args": list(inp.engine_args), "env": list(inp.engine_env)},
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _vllm_container(inp: RenderInput) -> dict[str, Any]:
+    env = [
+        {"name": "SLO_ENGINE_ARGS", "value": json.dumps(list(inp.engine_args))},
+        {"name": "SLO_VLLM_PORT", "value": str(VLLM_PORT)},
+        {"name": "SLO_EXPECTED_GPU_PRODUCT", "value": inp.gpu_product},
+        {"name": "SLO_EXPECTED_COMPUTE_CAPABILITY", "value": inp.expected_compute_capability},
+        {"name": "PYTHONPATH", "value": RUNTIME_MOUNT},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    env += [{"name": k, "value": v} for k, v in inp.engine_env]
+    gpus = str(inp.gpus_per_replica)
+    health = {"httpGet": {"path": "/health", "port": "vllm"}}
+    return {
+        "name": "vllm",
+        "image": inp.engine_image,
+        # The launcher (copied in by the init container) probes the GPUs, falls back from
+        # settings the node cannot run, then execs vLLM's OpenAI server.
+        "command": ["python3", "-m", "slo_runtime.launch"],
+        "env": env,
+        "ports": [{"name": "vllm", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {inp.gpu_resource: gpus}, "requests": {inp.gpu_resource: gpus}},
+        # Model loading takes minutes; the startup probe holds liveness off until then.
+        "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "slo-runtime", "mountPath": RUNTIME_MOUNT, "readOnly": True},
+        ],
+    }
+
+
+def _gateway_container(inp: RenderInput) -> dict[str, Any]:
+    return {
+        "name": "gateway",
+        "image": inp.runtime_image,
+        "command": [
+            "slo-runtime",
+            "gateway",
+            "--listen-port",
+            str(GATEWAY_PORT),
+            "--upstream",
+            f"http://127.0.0.1:{VLLM_PORT}",
+        ],
+        "env": [
+            {"name": "SLO_INFLIGHT_LIMIT_FILE", "value": f"{LIMIT_DIR}/inflight-limit"},
+            {"name": "SLO_TENANT", "value": inp.tenant or inp.namespace},
+        ],
+        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5},
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "volumeMounts": [{"name": "inflight-limit", "mountPath": LIMIT_DIR, "readOnly": True}],
+    }
+
+
+def _inject_container(inp: RenderInput) -> dict[str, Any]:
+    return {
+        "name": "slo-runtime-inject",
+        "image": inp.runtime_image,
+        "command": ["slo-runtime", "install", "--into", RUNTIME_MOUNT],
+        "volumeMounts": [{"name": "slo-runtime", "mountPath": RUNTIME_MOUNT}],
+    }
+
+
+def build_deployment(inp: RenderInput) -> dict[str, Any]:
+    labels = common_labels(inp)
+    pod_spec: dict[str, Any] = {
+        "initContainers": [_inject_container(inp)],
+        "containers": [_vllm_container(inp), _gateway_container(inp)],
+        # vLLM drains in-flight requests on SIGTERM; long generations need the time.
+        "terminationGracePeriodSeconds": 120,
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            {"name": "slo-runtime", "emptyDir": {}},
+            {
+                "name": "inflight-limit",
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": "inflight-limit",
+                            "fieldRef": {
+                                "fieldPath": f"metadata.annotations['{ANNOTATION_INFLIGHT_LIMIT}']"
+                            },
+                        }
+                    ]
+                },
+            },
+        ],
+    }
+    affinity = _affinity(inp)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if inp.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(inp.node_selector.items()))
+    tolerations = [dict(t) for t in inp.tolerations]
+    # GPU nodes are commonly tainted for their resource; tolerate it so GPUs are usable.
+    tolerations.append({"key": inp.gpu_resource, "operator": "Exists", "effect": "NoSchedule"})
+    pod_spec["tolerations"] = tolerations
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(inp, _instance_name(inp)),
+        "spec": {
+            "replicas": inp.replicas,
+            "selector": {"matchLabels": selector_labels(inp)},
+            # Surge one replica so a restart never drops capacity below the SLO's needs.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        ANNOTATION_INFLIGHT_LIMIT: str(inp.batch_limit),
+                        ANNOTATION_ENGINE_HASH: engine_hash(inp),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(VLLM_PORT),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_service(inp: RenderInput) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(inp, inp.name),
+        "spec": {
+            "selector": selector_labels(inp),
+            "ports": [
+                {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "vllm", "port": VLLM_PORT, "targetPort": "vllm", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def build_pdb(inp: RenderInput) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(inp, _instance_name(inp)),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(inp)},
+            # Pods that never became ready must not block node drains.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def build_all(inp: RenderInput) -> list[dict[str, Any]]:
+    return [build_deployment(inp), build_service(inp), build_pdb(inp)]
