@@ -1,0 +1,69 @@
+"""Conditions: lastTransitionTime moves only on flips; Events only on transitions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slo_operator.api import conditions as C
+from slo_operator.api.conditions import Cond, merge_conditions, transitions
+from slo_operator.reconcile.status import DeploymentObs, PodObs, rollout_conditions
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_transition_time_moves_only_when_status_flips() -> None:
+    first = merge_conditions([], [Cond(C.READY, False, C.NOT_READY, "0/1")], T0, 1)
+    same = merge_conditions(first, [Cond(C.READY, False, C.PODS_PENDING, "pending")],
+                            T0 + timedelta(minutes=5), 1)
+    flipped = merge_conditions(same, [Cond(C.READY, True, C.AVAILABLE, "1/1")],
+                               T0 + timedelta(minutes=9), 2)
+    assert first[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert same[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert same[0].reason == C.PODS_PENDING
+    assert flipped[0].last_transition_time == "2026-01-01T00:09:00Z"
+    assert flipped[0].observed_generation == 2
+
+
+def test_untouched_conditions_are_kept_and_ordered() -> None:
+    old = merge_conditions([], [Cond(C.HARDWARE_RESOLVED, True, C.HARDWARE_FOUND)], T0, 1)
+    new = merge_conditions(old, [Cond(C.READY, True, C.AVAILABLE)], T0, 1)
+    assert [c.type for c in new] == [C.READY, C.HARDWARE_RESOLVED]
+
+
+def test_transitions_report_status_or_reason_changes_only() -> None:
+    a = merge_conditions([], [Cond(C.READY, False, C.NOT_READY, "0/2")], T0, 1)
+    b = merge_conditions(a, [Cond(C.READY, False, C.NOT_READY, "1/2")], T0, 1)
+    c = merge_conditions(b, [Cond(C.READY, False, C.INSUFFICIENT_GPUS, "x")], T0, 1)
+    assert transitions(a, b) == []
+    assert [x.reason for x in transitions(b, c)] == [C.INSUFFICIENT_GPUS]
+
+
+GPU = "nvidia.com/gpu"
+UNSCHED = PodObs("p-2", "Pending", True, "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.")
+
+
+@pytest.mark.parametrize(
+    ("desired", "dep", "pods", "want_ready", "want_reason", "want_progressing"),
+    [
+        pytest.param(2, DeploymentObs(2, 2, 2, 3, 3), [], "True", C.AVAILABLE, "False",
+                     id="all-ready"),
+        pytest.param(2, DeploymentObs(2, 1, 2, 3, 3), [], "False", C.NOT_READY, "True",
+                     id="rolling-out"),
+        pytest.param(2, None, [], "False", C.NOT_READY, "True", id="deployment-not-seen-yet"),
+        pytest.param(2, DeploymentObs(2, 1, 2, 3, 3), [UNSCHED], "False", C.INSUFFICIENT_GPUS,
+                     "False", id="gpus-ran-out"),
+        pytest.param(2, DeploymentObs(2, 1, 2, 3, 3),
+                     [PodObs("p", "Pending", True, "node(s) didn't match selector")], "False",
+                     C.PODS_PENDING, "False", id="pending-other-reason"),
+        pytest.param(0, DeploymentObs(0, 0, 0, 3, 3), [], "True", C.SCALED_TO_ZERO, "False",
+                     id="scaled-to-zero"),
+    ],
+)
+def test_rollout_conditions(desired: int, dep: DeploymentObs | None, pods: list[PodObs],
+                            want_ready: str, want_reason: str, want_progressing: str) -> None:
+    conds = {c.type: c for c in rollout_conditions(desired, dep, pods, GPU)}
+    assert conds[C.READY].status_str == want_ready
+    assert conds[C.READY].reason == want_reason
+    assert conds[C.PROGRESSING].status_str == want_progressing
