@@ -1,0 +1,1 @@
+"""Test support code shared by the integration and end-to-end suites."""
