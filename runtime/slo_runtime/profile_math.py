@@ -1,0 +1,79 @@
+"""Pure analysis of measured step times (no torch): knee batch, FP8 verdicts, layer fit.
+
+Kept apart from the measuring code so the operator's reading of a profile and the unit
+tests need neither a GPU nor PyTorch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+
+# Elasticity of step time with respect to batch: 0 while a step only streams the weights
+# (memory-bound, flat), 1 when it is proportional to the batch (compute- or KV-bound).
+# Half-way is where adding sequences stops being nearly free.
+KNEE_ELASTICITY = 0.5
+# FP8 must beat BF16 by more than run-to-run noise before it is called faster.
+FP8_MARGIN = 0.02
+
+
+def _sorted_items(table: Mapping[int | str, float]) -> list[tuple[int, float]]:
+    return sorted((int(k), float(v)) for k, v in table.items())
+
+
+def knee_batch(decode_ms: Mapping[int | str, float],
+               elasticity: float = KNEE_ELASTICITY) -> int | None:
+    """Largest measured batch before step time starts to grow in proportion to batch.
+
+    Between consecutive measured batches b1 < b2 the local elasticity is
+    ``log(t2/t1) / log(b2/b1)``. The knee is ``b1`` of the first segment whose
+    elasticity exceeds ``elasticity``; if none does, the largest measured batch
+    (the curve is still flat there).
+    """
+    pts = _sorted_items(decode_ms)
+    if not pts:
+        return None
+    for (b1, t1), (b2, t2) in itertools.pairwise(pts):
+        if t1 > 0 and t2 > 0 and math.log(t2 / t1) / math.log(b2 / b1) > elasticity:
+            return b1
+    return pts[-1][0]
+
+
+def fp8_speedup(bf16: Mapping[int | str, float],
+                fp8: Mapping[int | str, float]) -> dict[str, float]:
+    """BF16 time over FP8 time for each size measured in both modes (>1: FP8 faster)."""
+    a, b = dict(_sorted_items(bf16)), dict(_sorted_items(fp8))
+    return {str(k): round(a[k] / b[k], 4) for k in sorted(a.keys() & b.keys()) if b[k] > 0}
+
+
+def fp8_faster(speedup: Mapping[str, float], margin: float = FP8_MARGIN) -> dict[str, bool]:
+    return {k: v > 1.0 + margin for k, v in speedup.items()}
+
+
+def fp8_recommended(decode_faster: Mapping[str, bool], fp8_supported: bool) -> bool:
+    """FP8 only when the node has it and it wins at every measured decode batch.
+
+    Decode dominates a serving step count; a batch size at which FP8 loses would be
+    one the controller could pick, so a partial win is not a recommendation.
+    """
+    return fp8_supported and bool(decode_faster) and all(decode_faster.values())
+
+
+def layers_that_fit(layer_bytes: float, fixed_bytes: float, kv_bytes_per_layer: float,
+                    total_layers: int, free_bytes: float, headroom: float = 0.85) -> int:
+    """How many layers (weights + KV) fit in ``headroom`` of free device memory.
+
+    A model that does not fit (a 70B-class model in BF16 on one card) is measured with
+    fewer layers and its per-layer time scaled to the full depth.
+    """
+    budget = free_bytes * headroom - fixed_bytes
+    per = layer_bytes + kv_bytes_per_layer
+    if per <= 0 or math.isinf(budget):
+        return total_layers
+    return max(1, min(total_layers, int(budget // per)))
+
+
+def scale_layers(total_ms: float, head_ms: float, measured: int, full: int) -> float:
+    """Full-depth time from a run with ``measured`` of ``full`` layers."""
+    return head_ms + (total_ms - head_ms) * full / measured
