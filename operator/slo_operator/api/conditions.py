@@ -69,18 +69,26 @@ def merge_conditions(
     for c in new:
         prev = by_type.get(c.type)
         moved = prev is None or prev.status != c.status_str
-        by_type[c.type] = Condition(
-            type=c.type,
-            status=c.status_str,  # type: ignore[arg-type]
-            reason=c.reason,
-            message=c.message,
-            last_transition_time=rfc3339(now) if moved or prev is None else prev.last_transition_time,
-            observed_generation=generation,
+        since = rfc3339(now) if prev is None or moved else prev.last_transition_time
+        by_type[c.type] = Condition.model_validate(
+            {
+                "type": c.type,
+                "status": c.status_str,
+                "reason": c.reason,
+                "message": c.message,
+                "lastTransitionTime": since,
+                "observedGeneration": generation,
+            }
         )
-    order = [READY, PROGRESSING, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT,
-             METRICS_AVAILABLE, SCALING_LIMITED]
-    return sorted(by_type.values(), key=lambda c: (order.index(c.type) if c.type in order
-                                                   else len(order), c.type))
+    return sorted(by_type.values(), key=_order)
+
+
+_ORDER = [READY, PROGRESSING, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT,
+          METRICS_AVAILABLE, SCALING_LIMITED]
+
+
+def _order(c: Condition) -> tuple[int, str]:
+    return (_ORDER.index(c.type) if c.type in _ORDER else len(_ORDER), c.type)
 
 
 def transitions(old: Sequence[Condition], new: Sequence[Condition]) -> list[Condition]:

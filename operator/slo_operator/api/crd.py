@@ -12,7 +12,6 @@ import copy
 from typing import Any
 
 import yaml
-
 from pydantic import BaseModel
 
 from slo_operator.api.models import (

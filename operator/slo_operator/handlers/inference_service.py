@@ -1,8 +1,9 @@
-"""kopf handlers for InferenceService and the Deployments it owns."""
+"""kopf handlers for InferenceService and the objects it owns."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,14 +11,15 @@ import kopf
 
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.service import reconcile_service
+from slo_operator.reconcile.service import Outcome, reconcile_service
 from slo_operator.render.objects import LABEL_SERVICE, MANAGED_BY
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
 
 
-async def _run(body: kopf.Body, memo: kopf.Memo) -> dict[str, Any]:
+async def refresh(body: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
+    """Reconcile one service under its lock; never raises for spec or dependency problems."""
     ctx = context(memo)
     meta = body["metadata"]
     async with ctx.lock(meta["namespace"], meta["name"]):
@@ -25,19 +27,19 @@ async def _run(body: kopf.Body, memo: kopf.Memo) -> dict[str, Any]:
     if outcome.applied:
         log.info("Reconciled InferenceService %s/%s: applied %s", meta["namespace"],
                  meta["name"], ", ".join(outcome.applied))
-    if outcome.permanent_error:
-        # Invalid specs wait for a spec change; retrying would only crash-loop.
-        raise kopf.PermanentError(outcome.permanent_error)
-    if outcome.retry_after:
-        raise kopf.TemporaryError("Waiting for dependencies", delay=outcome.retry_after)
-    return {}
+    return outcome
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 async def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _run(body, memo)
+    outcome = await refresh(body, memo)
+    if outcome.permanent_error:
+        # Invalid specs wait for a spec change; retrying would only crash-loop.
+        raise kopf.PermanentError(outcome.permanent_error)
+    if outcome.retry_after:
+        raise kopf.TemporaryError("Waiting for dependencies", delay=outcome.retry_after)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
@@ -45,16 +47,11 @@ async def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """Owned objects changed (pods scheduled, replicas ready): refresh the owner's status."""
     if type is None:
-        return  # initial listing; resume handlers cover it
-    ctx = context(memo)
+        return  # the initial listing; resume handlers cover it
     meta = body["metadata"]
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
     if not owner:
         return
-    svc = ctx.kube.get_custom("InferenceService", meta["namespace"], owner)
-    if svc is None:
-        return
-    try:
-        await _run(kopf.Body(svc), memo)
-    except (kopf.PermanentError, kopf.TemporaryError):
-        pass
+    svc = context(memo).kube.get_custom("InferenceService", meta["namespace"], owner)
+    if svc is not None:
+        await refresh(svc, memo)

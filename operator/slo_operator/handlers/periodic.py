@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from slo_operator.handlers.inference_service import _run
+from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.policy import reconcile_policy
 
@@ -29,10 +29,7 @@ async def _cycle(memo: kopf.Memo) -> None:
         await reconcile_policy(ctx.kube, pol, datetime.now(UTC))
     services = await asyncio.to_thread(ctx.kube.list_custom, "InferenceService")
     for svc in services:
-        try:
-            await _run(kopf.Body(svc), memo)
-        except (kopf.PermanentError, kopf.TemporaryError):
-            pass  # the change handlers own retries; the loop only refreshes
+        await refresh(svc, memo)
 
 
 async def _loop(memo: kopf.Memo) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from slo_operator.api.models import GROUP, VERSION
-from slo_operator.handlers.inference_service import _run
+from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.policy import reconcile_policy
 
@@ -24,9 +24,5 @@ async def on_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     namespace = body["metadata"]["namespace"]
     for name in bound:
         svc = ctx.kube.get_custom("InferenceService", namespace, name)
-        if svc is None:
-            continue
-        try:
-            await _run(kopf.Body(svc), memo)
-        except (kopf.PermanentError, kopf.TemporaryError):
-            pass
+        if svc is not None:
+            await refresh(svc, memo)

@@ -1,0 +1,120 @@
+"""Helpers to install the project's CRDs and RBAC and run the real operator process."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.cluster import LocalCluster, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "slo-operator"
+OPERATOR_NS = "slo-system"
+
+
+def install_crds(cluster: LocalCluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+    for crd in ("inferenceservices", "slopolicies"):
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            f"crd/{crd}.inference.slo-operator.io",
+        )
+
+
+def chart_cluster_role(cluster: LocalCluster) -> dict[str, Any]:
+    """The ClusterRole exactly as the Helm chart ships it."""
+    out = cluster.helm(
+        "template", "slo-operator", str(CHART), "--namespace", OPERATOR_NS,
+        "--show-only", "templates/clusterrole.yaml",
+    ).stdout
+    role: dict[str, Any] = yaml.safe_load(out)
+    return role
+
+
+def bind_role(
+    cluster: LocalCluster, role: Mapping[str, Any], sa_namespace: str, sa_name: str
+) -> Path:
+    """Apply ``role`` under a name unique to the ServiceAccount; return its kubeconfig."""
+    role = copy.deepcopy(dict(role))
+    name = f"slo-test-{sa_namespace}-{sa_name}"
+    role["metadata"] = {"name": name}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}],
+    }
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    return cluster.sa_kubeconfig(sa_namespace, sa_name)
+
+
+def ensure_namespace(cluster: LocalCluster, name: str) -> None:
+    cluster.kubectl("create", "namespace", name, check=False)
+
+
+class OperatorProcess:
+    """``slo-operator run`` as a real process under a ServiceAccount kubeconfig."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, interval: float = 3.0) -> None:
+        self.port = free_port()
+        self.log_path = log_path
+        env = {**os.environ, "SLO_RECONCILE_INTERVAL": str(interval),
+               "SLO_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)}
+        self._log = open(log_path, "w")  # noqa: SIM115  (closed in stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slo_operator.cli", "run",
+             "--kubeconfig", str(kubeconfig),
+             "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+            stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+        )
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def events_for(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items = cluster.kubectl_json(
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.name={name}",
+    )["items"]
+    return list(items)
+
+
+def operator(kubeconfig: Path, log_dir: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(kubeconfig, log_dir / "operator.log")
+    try:
+        yield op
+    finally:
+        op.stop()
