@@ -1,0 +1,103 @@
+"""Inputs and outputs of the engine planner (plain frozen dataclasses).
+
+The CRD models in ``slo_operator.api`` are mapped onto these by the caller; the value
+tuples ``PRECISIONS`` and ``KV_CACHE_DTYPES`` are exported so the CRD enums can be checked
+against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+Precision = Literal["auto", "bf16", "fp16", "fp8"]
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16"]
+
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What is known about the model. Missing layer/head facts are estimated from
+    ``params_billion`` (see ``slo_operator.engine.sizing.estimate_shape``)."""
+
+    name: str
+    served_name: str | None = None
+    params_billion: float | None = None
+    max_model_len: int | None = None
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    # Quantization method of a pre-quantized checkpoint ("fp8", "awq", "gptq", ...);
+    # vLLM reads it from the checkpoint config, so no --quantization is passed.
+    quantized_checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class EnginePrefs:
+    precision: Precision = "auto"
+    kv_cache_dtype: KvCacheDtype = "auto"
+    tensor_parallel_size: int | None = None
+    allow_quantization: bool = True
+    gpu_memory_utilization: float | None = None
+    max_num_batched_tokens: int | None = None
+    extra_args: tuple[str, ...] = ()
+    # Intel Gaudi only: path of the Intel Neural Compressor measurement/quantization
+    # config passed as QUANT_CONFIG; without it Gaudi runs BF16.
+    quant_config: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchBounds:
+    """Batch limits the controller may choose (``--max-num-seqs``)."""
+
+    min_seqs: int = 1
+    max_seqs: int = 256
+    initial: int | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why a setting was chosen, or a user override. ``field`` is a CRD path or an
+    engine option name; ``reason`` is a CamelCase constant."""
+
+    field: str
+    reason: str
+    message: str
+
+
+class EngineError(Exception):
+    """Invalid or infeasible input. ``field`` names the CRD path to fix."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """The ``vllm serve`` options for one replica, and why.
+
+    ``args`` start with ``--model <name>`` (no leading ``vllm serve``) and already include
+    the user's extra args, which win over generated ones (each reported in ``conflicts``).
+    The scalar fields give the effective values after those overrides.
+    """
+
+    args: tuple[str, ...]
+    dtype: str
+    quantization: str | None
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    max_model_len: int | None
+    cudagraph_capture_sizes: tuple[int, ...]
+    notes: tuple[Note, ...]
+    conflicts: tuple[Note, ...]
+    env: tuple[tuple[str, str], ...]
+    est_weight_gib_per_gpu: float
+    est_kv_gib_per_gpu: float
+    est_max_concurrent_seqs: int

@@ -1,0 +1,314 @@
+"""GPU catalogue: what the operator knows about each accelerator product.
+
+The table lives in ``slo_operator/data/gpus.yaml`` (one row per product, each with its
+sources). Feature flags are derived here from the compute capability (NVIDIA) or the gfx
+target (AMD), so a product missing from the table follows the same rules as one listed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+Vendor = Literal["nvidia", "amd", "intel"]
+Architecture = Literal[
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+    "cdna2",
+    "cdna3",
+    "gaudi2",
+    "gaudi3",
+    "unknown",
+]
+Fp8Format = Literal["e4m3", "e4m3fnuz"]
+ResourceName = Literal["nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"]
+
+VENDORS: tuple[Vendor, ...] = ("nvidia", "amd", "intel")
+
+RESOURCE_NAMES: dict[Vendor, ResourceName] = {
+    "nvidia": "nvidia.com/gpu",
+    "amd": "amd.com/gpu",
+    "intel": "habana.ai/gaudi",
+}
+
+
+@dataclass(frozen=True)
+class HardwareClass:
+    """One accelerator as the engine planner sees it (per schedulable device).
+
+    ``dense_bf16_tflops`` is dense 16-bit tensor throughput: BF16, or FP16 on GPUs that
+    have no BF16 (Volta, Turing). ``None`` means no source was found.
+    """
+
+    vendor: Vendor
+    product: str
+    display_name: str
+    architecture: Architecture
+    compute_capability: tuple[int, int] | None
+    gfx_target: str | None
+    memory_gib: float
+    memory_bandwidth_gbps: float | None
+    dense_bf16_tflops: float | None
+    dense_fp8_tflops: float | None
+    bf16: bool
+    fp8_compute: bool
+    fp8_weight_only: bool
+    fp8_kv_cache: bool
+    fp8_format: Fp8Format | None
+    resource_name: ResourceName
+    known: bool
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Features:
+    """Precision support derived from the architecture (see ``features_for_*``)."""
+
+    architecture: Architecture
+    bf16: bool
+    fp8_compute: bool
+    fp8_weight_only: bool
+    fp8_kv_cache: bool
+    fp8_format: Fp8Format | None
+
+
+def architecture_for_cc(cc: tuple[int, int] | None) -> Architecture:
+    """Map a CUDA compute capability to its architecture family.
+
+    Source: NVIDIA/k8s-device-plugin internal/lm/resource.go (GFD family label:
+    7.x<5 volta, 7.5 turing, 8.x<9 ampere, 8.9 ada-lovelace, 9 hopper) and
+    developer.nvidia.com/cuda-gpus for Blackwell (10.x datacenter, 12.x client).
+    """
+    if cc is None:
+        return "unknown"
+    major, minor = cc
+    if major == 7:
+        return "turing" if minor >= 5 else "volta"
+    if major == 8:
+        return "ada" if minor >= 9 else "ampere"
+    if major == 9:
+        return "hopper"
+    if major in (10, 11, 12):
+        return "blackwell"
+    return "unknown"
+
+
+def features_for_cc(cc: tuple[int, int] | None) -> Features:
+    """NVIDIA precision support from the compute capability alone.
+
+    - BF16 needs CC >= 8.0: vllm/platforms/cuda.py ``supported_dtypes`` and
+      ``check_if_supports_dtype`` ("Bfloat16 is only supported on GPUs with compute
+      capability of at least 8.0").
+    - Native FP8 (W8A8) needs CC >= 8.9: vllm/platforms/cuda.py ``supports_fp8()`` =
+      ``has_device_capability(89)``; docs/features/quantization/fp8.md.
+    - CC 8.0-8.8 runs ``--quantization fp8`` weight-only through FP8 Marlin:
+      vllm/model_executor/layers/quantization/fp8.py (``get_min_capability() -> 80``,
+      ``use_marlin = not has_device_capability(89)``). Below 8.0 it is rejected.
+    - FP8 KV cache by default only at CC >= 8.9: on Ampere Triton has no ``fp8e4nv``
+      (vLLM issue #26431) and FP8 KV with chunked prefill failed (#7714).
+    """
+    arch = architecture_for_cc(cc)
+    if cc is None:
+        return Features(arch, False, False, False, False, None)
+    bf16 = cc >= (8, 0)
+    fp8 = cc >= (8, 9)
+    return Features(
+        architecture=arch,
+        bf16=bf16,
+        fp8_compute=fp8,
+        fp8_weight_only=(8, 0) <= cc < (8, 9),
+        fp8_kv_cache=fp8,
+        fp8_format="e4m3" if fp8 else None,
+    )
+
+
+def features_for_gfx(gfx: str | None) -> Features:
+    """AMD precision support from the gfx target.
+
+    - FP8 on gfx94x, gfx95x and gfx12 only: vllm/platforms/rocm.py ``supports_fp8()``.
+    - gfx94x stores FP8 as ``float8_e4m3fnuz``: rocm.py ``is_fp8_fnuz()``.
+    - No weight-only fallback on ROCm: fp8.py "Disable marlin for rocm".
+    - BF16 on gfx90a and newer: rocm.py maps gfx90a to capability (9, 0), which passes
+      the BF16 check; an unknown target gets FP16 only (conservative).
+    """
+    if gfx is None:
+        return Features("unknown", False, False, False, False, None)
+    g = gfx.lower()
+    fp8 = g.startswith(("gfx94", "gfx95", "gfx12"))
+    if g.startswith("gfx94"):
+        arch: Architecture = "cdna3"
+    elif g.startswith("gfx90a"):
+        arch = "cdna2"
+    else:
+        arch = "unknown"
+    bf16 = g.startswith(("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12"))
+    fmt: Fp8Format | None = ("e4m3fnuz" if g.startswith("gfx94") else "e4m3") if fp8 else None
+    return Features(arch, bf16, fp8, False, fp8, fmt)
+
+
+class _Row(BaseModel):
+    """Schema of one row of ``data/gpus.yaml`` (validated on load)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    product: str
+    vendor: Vendor
+    display_name: str
+    compute_capability: tuple[int, int] | None = None
+    gfx_target: str | None = None
+    architecture: Architecture | None = None
+    memory_gib: float = Field(gt=0)
+    memory_bandwidth_gbps: float | None = None
+    dense_bf16_tflops: float | None = None
+    dense_fp8_tflops: float | None = None
+    # Only for vendors whose support is not derived from an architecture code (Gaudi).
+    bf16: bool | None = None
+    fp8_compute: bool | None = None
+    fp8_kv_cache: bool | None = None
+    fp8_format: Fp8Format | None = None
+    labels: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    device_ids: tuple[str, ...] = ()
+    sources: tuple[str, ...] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    hardware: HardwareClass
+    labels: tuple[str, ...]
+    aliases: tuple[str, ...]
+    device_ids: tuple[str, ...]
+
+    @property
+    def canonical_label(self) -> str:
+        """The node-label value a selector for this product should use."""
+        return self.labels[0] if self.labels else self.hardware.product
+
+
+_VENDOR_PREFIXES = ("NVIDIA", "AMD", "INSTINCT", "TESLA", "GEFORCE", "INTEL", "HABANA")
+
+
+def product_key(raw: str) -> str:
+    """Normalise a product string for matching.
+
+    Upper-case, punctuation dropped, vendor words stripped from the front: old GFD
+    drops the ``NVIDIA-`` prefix (``A100-SXM4-40GB``), newer sanitising drops characters
+    outside ``[A-Za-z0-9-_. ]`` (NVIDIA/k8s-device-plugin internal/lm/resource.go), and
+    the AMD labeller turns spaces into ``_`` (ROCm/k8s-device-plugin k8s-node-labeller).
+    """
+    key = re.sub(r"[^A-Z0-9]", "", raw.upper())
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _VENDOR_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                key = key[len(prefix) :]
+                stripped = True
+    return key
+
+
+def _build(row: _Row) -> CatalogueEntry:
+    if row.vendor == "nvidia":
+        feats = features_for_cc(row.compute_capability)
+    elif row.vendor == "amd":
+        feats = features_for_gfx(row.gfx_target)
+    else:
+        fp8 = bool(row.fp8_compute)
+        feats = Features(
+            architecture=row.architecture or "unknown",
+            bf16=bool(row.bf16),
+            fp8_compute=fp8,
+            fp8_weight_only=False,
+            fp8_kv_cache=bool(row.fp8_kv_cache),
+            fp8_format=row.fp8_format if fp8 else None,
+        )
+    hw = HardwareClass(
+        vendor=row.vendor,
+        product=row.product,
+        display_name=row.display_name,
+        architecture=row.architecture or feats.architecture,
+        compute_capability=row.compute_capability,
+        gfx_target=row.gfx_target,
+        memory_gib=row.memory_gib,
+        memory_bandwidth_gbps=row.memory_bandwidth_gbps,
+        dense_bf16_tflops=row.dense_bf16_tflops,
+        dense_fp8_tflops=row.dense_fp8_tflops if feats.fp8_compute else None,
+        bf16=feats.bf16,
+        fp8_compute=feats.fp8_compute,
+        fp8_weight_only=feats.fp8_weight_only,
+        fp8_kv_cache=feats.fp8_kv_cache,
+        fp8_format=feats.fp8_format,
+        resource_name=RESOURCE_NAMES[row.vendor],
+        known=True,
+        sources=row.sources,
+    )
+    return CatalogueEntry(
+        hardware=hw,
+        labels=row.labels,
+        aliases=row.aliases,
+        device_ids=tuple(d.lower().removeprefix("0x") for d in row.device_ids),
+    )
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    entries: tuple[CatalogueEntry, ...]
+    by_key: dict[str, CatalogueEntry]
+    by_device_id: dict[str, CatalogueEntry]
+
+    def lookup(self, raw: str) -> CatalogueEntry | None:
+        """Find a product by label value, canonical key or alias (loose match)."""
+        return self.by_key.get(product_key(raw))
+
+    def lookup_device_id(self, device_id: str) -> CatalogueEntry | None:
+        return self.by_device_id.get(device_id.lower().removeprefix("0x"))
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.hardware.product for e in self.entries)
+
+
+def parse_catalogue(text: str) -> Catalogue:
+    """Validate and index a catalogue YAML document; duplicate keys are an error."""
+    raw = yaml.safe_load(text)
+    if not isinstance(raw, list):
+        raise ValueError("GPU catalogue must be a YAML list of rows")
+    entries = tuple(_build(_Row.model_validate(item)) for item in raw)
+    by_key: dict[str, CatalogueEntry] = {}
+    by_dev: dict[str, CatalogueEntry] = {}
+    for entry in entries:
+        names = (entry.hardware.product, *entry.labels, *entry.aliases)
+        for name in names:
+            key = product_key(name)
+            other = by_key.get(key)
+            if other is not None and other is not entry:
+                raise ValueError(
+                    f"GPU catalogue: name {name!r} matches both "
+                    f"{other.hardware.product} and {entry.hardware.product}"
+                )
+            by_key[key] = entry
+        for dev in entry.device_ids:
+            if dev in by_dev:
+                raise ValueError(f"GPU catalogue: device id {dev} listed twice")
+            by_dev[dev] = entry
+    return Catalogue(entries=entries, by_key=by_key, by_device_id=by_dev)
+
+
+@cache
+def load_catalogue() -> Catalogue:
+    """The catalogue shipped as package data (``slo_operator/data/gpus.yaml``)."""
+    text = resources.files("slo_operator").joinpath("data/gpus.yaml").read_text("utf-8")
+    return parse_catalogue(text)
+
+
+def with_memory(hw: HardwareClass, memory_gib: float) -> HardwareClass:
+    return replace(hw, memory_gib=memory_gib)
