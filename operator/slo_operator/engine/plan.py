@@ -618,7 +618,19 @@ def plan_engine(
                 "latency",
             )
         )
-    graphs = cudagraph_capture_sizes(batch.max_seqs)
+    graphs: tuple[int, ...] = ()
+    if hw.vendor == "intel":
+        # Gaudi runs HPU graphs warmed up per batch bucket by the vllm-gaudi plugin, not
+        # CUDA graphs, so no capture sizes are passed.
+        notes.append(
+            Note(
+                "cudagraphCaptureSizes",
+                "NotCUDA",
+                "no CUDA-graph capture sizes on Intel Gaudi (HPU graphs use batch buckets)",
+            )
+        )
+    else:
+        graphs = cudagraph_capture_sizes(batch.max_seqs)
 
     generated = ["--model", model.name]
     if model.served_name:
@@ -633,7 +645,8 @@ def plan_engine(
     generated += ["--gpu-memory-utilization", f"{gmu:g}"]
     generated += ["--max-num-seqs", str(max_num_seqs)]
     generated += ["--max-num-batched-tokens", str(mnbt)]
-    generated += ["--cudagraph-capture-sizes", *(str(s) for s in graphs)]
+    if graphs:
+        generated += ["--cudagraph-capture-sizes", *(str(s) for s in graphs)]
 
     spec = VllmArgSpec.load()
     args, conflicts, user = _merge_extra(spec, generated, prefs.extra_args)

@@ -23,7 +23,8 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 # vLLM's human_readable_int (vllm/utils/argparse_utils.py): plain integers, or a number
 # with a decimal (k, m, g, t; also M, G, T in later versions) or binary (K, M, G, T;
 # Ki, Mi, Gi, Ti in later versions) suffix. Both spellings are accepted here.
-_HUMAN_INT = re.compile(r"^\d+(?:\.\d+)?(?:[kKmMgGtT]|Ki|Mi|Gi|Ti)?$")
+# Decimals only with a decimal suffix; "8.5K" is rejected by both spellings.
+_HUMAN_INT = re.compile(r"^\d+(?:\.\d+)?[kmgtMGT]?$|^\d+(?:[KMGT]|Ki|Mi|Gi|Ti)$")
 # argparse types whose value must be JSON (vllm/engine/arg_utils.py: parse_dataclass
 # and _parse_type wrap json.loads; "loads" is json.loads itself).
 _JSON_TYPES = frozenset({"loads", "parse_dataclass", "_parse_type"})
