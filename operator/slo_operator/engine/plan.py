@@ -474,6 +474,19 @@ def _choose_tp(
     hint = ""
     if prefs.precision == "auto" and hw.fp8_compute and not prefs.allow_quantization:
         hint = "; FP8 weights would halve the weight memory if the policy allowed quantization"
+    blocked = [
+        tp for tp in _powers_of_two(gpus_per_node) if not _heads_ok(model, tp) and at(tp).fits
+    ]
+    if blocked:
+        divisors = [
+            d for d in range(1, gpus_per_node + 1) if model.num_kv_heads and _heads_ok(model, d)
+        ]
+        raise EngineError(
+            F_TP,
+            f"TP {blocked[0]} would fit in memory but does not divide the model's "
+            f"{model.num_kv_heads} KV heads; set tensorParallelSize to one of "
+            f"{', '.join(str(d) for d in divisors)} that fits",
+        )
     if more:
         raise EngineError(
             F_GPUS,
