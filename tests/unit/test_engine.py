@@ -383,6 +383,19 @@ CASES = [
         want_error_field="spec.engine.precision",
     ),
     Case(
+        "fp8-checkpoint-on-turing-rejected",
+        "T4",
+        model(8, quantized_checkpoint="fp8"),
+        want_error_field="spec.model.quantizedCheckpoint",
+    ),
+    Case(
+        "fp8-checkpoint-on-ampere-loads-weight-only-70b-needs-two",
+        "A100-80GB",
+        model(70, quantized_checkpoint="fp8"),
+        want_quantization=None,
+        want_tp=2,
+    ),
+    Case(
         "min-batch-above-max-batch",
         "H100",
         model(8),

@@ -66,6 +66,9 @@ F_MAX_BATCH = "spec.batching.maxBatch"  # on the SLOPolicy
 RESERVED_DESTS = {"model": "spec.model.name"}
 
 _FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+_FP8_CHECKPOINTS = frozenset(
+    {"fp8", "fbgemm_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel"}
+)
 
 
 def cudagraph_capture_sizes(max_seqs: int) -> tuple[int, ...]:
@@ -176,6 +179,16 @@ def _weights(
                     f"checkpoint method {method!r} is not known to the planner; weights "
                     "sized at 2 bytes per parameter",
                 )
+            )
+        if method.strip().lower() in _FP8_CHECKPOINTS and not (
+            hw.fp8_compute or hw.fp8_weight_only
+        ):
+            # FP8 checkpoints load through the same FP8 method: capability 8.0 on CUDA
+            # (fp8.py get_min_capability), gfx94x/gfx95x/gfx12 on ROCm (rocm.py).
+            raise EngineError(
+                F_CHECKPOINT,
+                f"{hw.display_name} cannot load an FP8 checkpoint ({method}); use a 16-bit "
+                "or an int4/AWQ/GPTQ checkpoint",
             )
         if prec == "fp8" and bpp != 1.0:
             raise EngineError(
