@@ -220,7 +220,9 @@ def _weights(
     if hw.vendor == "intel":
         # Gaudi FP8 goes through Intel Neural Compressor with a measured calibration file
         # (vllm docs supported_hardware.md: Intel Gaudi supports INC W8A8 only;
-        # vllm-gaudi: QUANT_CONFIG=<file> vllm serve --quantization inc).
+        # docs/features/quantization/inc.md: "QUANT_CONFIG=... vllm serve ...
+        # --quantization inc --kv-cache-dtype fp8_inc"). Measurements are device-specific:
+        # Gaudi 3 scales cannot be used on Gaudi 2 (docs.habana.ai vLLM FP8 inference).
         if not hw.fp8_compute or (not explicit and not prefs.allow_quantization):
             return dtype, None, 2.0, []
         if prefs.quant_config is None:
