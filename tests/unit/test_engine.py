@@ -502,6 +502,16 @@ def test_default_batched_tokens_by_gpu_class(product: str, want: int) -> None:
     assert arg_value(plan, "--max-num-batched-tokens") == str(want)
 
 
+@pytest.mark.parametrize(("initial", "want"), [(2, 8), (64, 64), (999, 128)])
+def test_initial_batch_is_clamped_into_policy_range(initial: int, want: int) -> None:
+    batch = BatchBounds(min_seqs=8, max_seqs=128, initial=initial)
+    plan = plan_engine(hw("H100"), 8, model(8), EnginePrefs(), batch)
+    assert plan.max_num_seqs == want
+    assert arg_value(plan, "--max-num-seqs") == str(want)
+    clamped = "InitialBatchClamped" in [n.reason for n in plan.notes]
+    assert clamped is (want != initial)
+
+
 def test_batched_tokens_never_below_max_seqs() -> None:
     plan = plan_engine(hw("L4"), 8, model(1), EnginePrefs(), BatchBounds(max_seqs=4096))
     assert plan.max_num_batched_tokens == 4096

@@ -133,11 +133,6 @@ def _check_inputs(
         raise EngineError(
             F_MAX_BATCH, f"{batch.max_seqs} is below the minimum batch {batch.min_seqs}"
         )
-    if batch.initial is not None and not batch.min_seqs <= batch.initial <= batch.max_seqs:
-        raise EngineError(
-            F_MAX_BATCH,
-            f"initial batch {batch.initial} is outside [{batch.min_seqs}, {batch.max_seqs}]",
-        )
     gmu = (
         prefs.gpu_memory_utilization
         if prefs.gpu_memory_utilization is not None
@@ -626,6 +621,19 @@ def plan_engine(
     )
 
     max_num_seqs = batch.initial if batch.initial is not None else batch.max_seqs
+    if not batch.min_seqs <= max_num_seqs <= batch.max_seqs:
+        # The current limit comes from the controller's state and may predate a policy
+        # change; clamp it into the policy's range rather than refuse to plan.
+        clamped = min(max(max_num_seqs, batch.min_seqs), batch.max_seqs)
+        notes.append(
+            Note(
+                F_MAX_BATCH,
+                "InitialBatchClamped",
+                f"batch limit {max_num_seqs} is outside [{batch.min_seqs}, {batch.max_seqs}]; "
+                f"using {clamped}",
+            )
+        )
+        max_num_seqs = clamped
     if prefs.max_num_batched_tokens is not None:
         mnbt = prefs.max_num_batched_tokens
         if mnbt < max_num_seqs:
