@@ -632,6 +632,13 @@ def test_user_tp_override_recomputes_estimates() -> None:
     assert [c.field for c in plan.conflicts] == ["spec.engine.extraArgs[0]"]
 
 
+def test_user_tp_above_pool_is_kept_but_noted() -> None:
+    prefs = EnginePrefs(extra_args=("--tensor-parallel-size", "16"))
+    plan = plan_engine(hw("H100"), 8, model(8), prefs, BatchBounds())
+    assert plan.tensor_parallel_size == 16
+    assert "OverrideExceedsPool" in [n.reason for n in plan.notes]
+
+
 def test_user_override_of_graph_sizes_and_equals_form() -> None:
     prefs = EnginePrefs(extra_args=("--cudagraph-capture-sizes", "1", "8", "--kv-cache-dtype=auto"))
     plan = plan_engine(hw("H100"), 8, model(8), prefs, BatchBounds())

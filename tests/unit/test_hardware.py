@@ -347,6 +347,13 @@ EDGE_CASES = [
         None,
     ),
     EdgeCase(
+        "gpu-operator-labels-before-gfd-ran",
+        {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.driver": "true"},
+        NO_GPU_LABELS,
+        None,
+        want_in_message="GPU Feature Discovery",
+    ),
+    EdgeCase(
         "h100-full-label-set-eight-gpus",
         H100_LABELS,
         RESOLVED,

@@ -73,6 +73,18 @@ CASES = [
         ("--cudagraph-capture-sizes", "1", "2", "4", "8", "--max-num-seqs", "8"),
     ),
     Case("inline-equals-value", ("--max-num-seqs=64", "--kv-cache-dtype=fp8")),
+    Case("short-flag-equals-value", ("-tp=2",)),
+    Case("optimization-level-attached", ("-O3", "--max-num-seqs", "8")),
+    Case("optimization-level-equals", ("-O=2",)),
+    Case("optimization-level-separate", ("-O", "1", "--enforce-eager")),
+    Case("optimization-level-missing", ("-O", "--enforce-eager"), ((0, "level 0-3"),)),
+    Case("dotted-config-key", ("--compilation-config.cudagraph_mode=FULL", "-cc.mode", "3")),
+    Case(
+        "dotted-key-on-non-config-option",
+        ("--max-num-seqs.foo=1", "--enforce-eager"),
+        ((0, "not a config option"),),
+    ),
+    Case("short-flag-equals-bad-value", ("-tp=two",), ((0, "not an integer"),)),
     Case(
         "underscores-are-accepted-like-vllm",
         (

@@ -718,6 +718,15 @@ def plan_engine(
         graphs = tuple(sorted({int(v) for v in user["cudagraph_capture_sizes"].values}))
 
     final = chosen
+    if tp > gpus_per_node:
+        notes.append(
+            Note(
+                F_EXTRA,
+                "OverrideExceedsPool",
+                f"extra args ask for TP {tp}, above the {gpus_per_node} GPUs per replica "
+                "of this pool",
+            )
+        )
     if conflicts:
         ctx = max_model_len if max_model_len is not None else DEFAULT_CONTEXT_TOKENS
         final = fit(

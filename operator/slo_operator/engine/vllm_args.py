@@ -28,6 +28,8 @@ _HUMAN_INT = re.compile(r"^\d+(?:\.\d+)?[kmgtMGT]?$|^\d+(?:[KMGT]|Ki|Mi|Gi|Ti)$"
 # argparse types whose value must be JSON (vllm/engine/arg_utils.py: parse_dataclass
 # and _parse_type wrap json.loads; "loads" is json.loads itself).
 _JSON_TYPES = frozenset({"loads", "parse_dataclass", "_parse_type"})
+# Options whose value is a config object, so dotted keys may address one field.
+_CONFIG_TYPES = frozenset({"parse_dataclass", "_parse_type", "union_dict_and_str"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class ParsedOption:
     values: tuple[str, ...]
     start: int
     end: int
+    # "--compilation-config.mode=3" sets one key of a JSON config option.
+    nested_key: str | None = None
 
 
 def is_option(token: str) -> bool:
@@ -132,8 +136,17 @@ class VllmArgSpec:
                 continue
             inline: str | None = None
             flag = tok
-            if tok.startswith("--") and "=" in tok:
+            # argparse splits "--flag=value" and "-f=value" alike (_parse_optional).
+            if "=" in tok:
                 flag, inline = tok.split("=", 1)
+            special = self._parse_special(args, i, flag, inline)
+            if special is not None:
+                opt, problem, i = special
+                if opt is not None:
+                    options.append(opt)
+                if problem is not None:
+                    problems.append(problem)
+                continue
             flag = normalize_flag(flag)
             action = self._by_flag.get(flag)
             if action is None:
@@ -149,6 +162,38 @@ class VllmArgSpec:
             options.append(ParsedOption(action, flag, tuple(values), i, j))
             i = j
         return options, problems
+
+    def _parse_special(
+        self, args: Sequence[str], i: int, flag: str, inline: str | None
+    ) -> tuple[ParsedOption | None, Problem | None, int] | None:
+        """Forms vLLM's FlexibleArgumentParser rewrites before argparse sees them
+        (vllm/utils/argparse_utils.py parse_args): ``-O3``, ``-O=3``, ``-O 3`` for
+        ``--optimization-level``, and dotted keys such as ``--compilation-config.mode=3``
+        or ``-cc.mode 3`` that set one key of a JSON config option."""
+        n = len(args)
+        level = self._by_dest.get("optimization_level")
+        if level is not None and flag.startswith("-O") and "." not in flag:
+            if flag == "-O" and inline is None:
+                if i + 1 < n and args[i + 1] in {"0", "1", "2", "3"}:
+                    return ParsedOption(level, "-O", (args[i + 1],), i, i + 2), None, i + 2
+                return None, Problem(i, "-O", "-O expects an optimization level 0-3"), i + 1
+            value = inline if flag == "-O" and inline is not None else flag[2:]
+            return ParsedOption(level, "-O", (value,), i, i + 1), None, i + 1
+        if "." not in flag:
+            return None
+        base, key = flag.split(".", 1)
+        base = normalize_flag(base)
+        action = self._by_flag.get(base)
+        if action is None or not action.takes_value or action.type not in _CONFIG_TYPES:
+            j = i + 1
+            while j < n and not is_option(args[j]):
+                j += 1
+            return None, Problem(i, flag, f"{base} is not a config option of vllm serve"), j
+        if inline is not None:
+            return ParsedOption(action, flag, (inline,), i, i + 1, key), None, i + 1
+        if i + 1 < n and not is_option(args[i + 1]):
+            return ParsedOption(action, flag, (args[i + 1],), i, i + 2, key), None, i + 2
+        return None, Problem(i, flag, f"{flag} expects one value"), i + 1
 
     @staticmethod
     def _take_values(
@@ -236,6 +281,8 @@ class VllmArgSpec:
         leading ``vllm serve``)."""
         options, problems = self.parse(args)
         for opt in options:
+            if opt.nested_key is not None:
+                continue  # one key of a config object; vLLM validates it on load
             for k, value in enumerate(opt.values):
                 msg = self.check_value(opt.action, value)
                 if msg is not None:

@@ -499,10 +499,27 @@ def _classify_gaudi(labels: Mapping[str, str]) -> HardwareResolution:
     )
 
 
+# Labels that describe an NVIDIA GPU. The GPU Operator also writes nvidia.com/gpu.present
+# and nvidia.com/gpu.deploy.* before GPU Feature Discovery has run; those alone say
+# nothing about the GPU.
+_NV_FACT_KEYS = (NV_PRODUCT, NV_CC_MAJOR, NV_MEMORY, NV_COUNT, NV_FAMILY)
+
+
 def classify_node(labels: Mapping[str, str]) -> HardwareResolution:
     """Resolve a node's accelerator from its labels. Never raises on label content."""
-    if any(k.startswith("nvidia.com/gpu.") for k in labels):
+    if any(k in labels for k in _NV_FACT_KEYS):
         return _classify_nvidia(labels)
+    if any(k.startswith("nvidia.com/gpu.") for k in labels):
+        return HardwareResolution(
+            hardware=None,
+            gpus_per_node=0,
+            node_selector={},
+            reason=NO_GPU_LABELS,
+            message=(
+                "Node has NVIDIA GPU Operator labels but no GPU Feature Discovery labels "
+                f"({NV_PRODUCT}, {NV_CC_MAJOR}, {NV_MEMORY}); is GFD running?"
+            ),
+        )
     if any(k.startswith((AMD_PREFIX, AMD_BETA_PREFIX)) for k in labels):
         return _classify_amd(labels)
     if any(k.startswith(GAUDI_PREFIX) for k in labels):
