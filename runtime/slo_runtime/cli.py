@@ -90,5 +90,98 @@ def profile(plan_file: str | None, models: tuple[str, ...], ctx: int, batches: s
             "shape", "ctx", "layers_measured", "knee_batch", "fp8_recommended")}))
 
 
+@main.command()
+def launch() -> None:
+    """Build the final vLLM command line from SLO_ENGINE_ARGS and the probe, then exec it."""
+    from slo_runtime.launch import run_launch
+
+    try:
+        run_launch(dict(os.environ))
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def _serve(app_factory, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from slo_runtime.gateway import start_site
+
+    async def _main() -> None:
+        app = app_factory()
+        runner, bound = await start_site(app, host, port)
+        logging.getLogger("slo_runtime").info("Listening on %s:%d", host, bound)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        uvloop.run(_main())
+    except ImportError:
+        asyncio.run(_main())
+
+
+@main.command()
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--upstream", envvar="SLO_UPSTREAM", default="http://127.0.0.1:8001",
+              show_default=True, help="vLLM's address inside the pod.")
+@click.option("--limit-file", envvar="SLO_INFLIGHT_LIMIT_FILE", default=None,
+              help="Downward-API file holding the live in-flight limit.")
+@click.option("--default-limit", envvar="SLO_INFLIGHT_LIMIT", type=int, default=256,
+              show_default=True, help="Limit until the file holds a valid one.")
+@click.option("--poll-interval", type=float, default=0.5, show_default=True)
+@click.option("--tenants-file", envvar="SLO_TENANTS_FILE", default=None,
+              help="YAML/JSON tenants file (weights, API keys, unknown-tenant policy).")
+@click.option("--tenant-header", default="X-Tenant", show_default=True)
+@click.option("--max-body-bytes", type=int, default=4 * 2**20, show_default=True)
+@click.option("--queue-timeout", type=float, default=300.0, show_default=True)
+@click.option("--max-queue", type=int, default=4096, show_default=True,
+              help="Waiting requests per tenant before 429.")
+@click.option("--probe-file", envvar="SLO_PROBE_FILE", default=None)
+def gateway(host: str, port: int, upstream: str, limit_file: str | None, default_limit: int,
+            poll_interval: float, tenants_file: str | None, tenant_header: str,
+            max_body_bytes: int, queue_timeout: float, max_queue: int,
+            probe_file: str | None) -> None:
+    """Run the admission gateway in front of vLLM."""
+    from slo_runtime.gateway import Gateway, GatewayConfig, TenantsConfig
+
+    cfg = GatewayConfig(upstream=upstream.rstrip("/"), default_limit=default_limit,
+                        limit_file=limit_file, poll_interval_s=poll_interval,
+                        max_body_bytes=max_body_bytes, tenant_header=tenant_header,
+                        tenants=TenantsConfig.load(tenants_file),
+                        max_queue_per_tenant=max_queue, queue_timeout_s=queue_timeout,
+                        probe_file=probe_file)
+    _serve(lambda: Gateway(cfg).app, host, port)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8001, show_default=True)
+@click.option("--served-model-name", default="model", show_default=True)
+@click.option("--max-num-seqs", type=int, default=256, show_default=True)
+@click.option("--kv-capacity-tokens", type=int, default=1_000_000, show_default=True)
+@click.option("--profile", "profile_file", default=None,
+              help="Derive the step model from a profile JSON.")
+@click.option("--mode", default="bf16", show_default=True, help="Profile mode to use.")
+@click.option("--base-ms", type=float, default=None, help="Step time at batch 1.")
+@click.option("--per-seq-ms", type=float, default=None, help="Added per running sequence.")
+@click.option("--prefill-ms-per-token", type=float, default=None)
+@click.option("--default-max-tokens", type=int, default=16, show_default=True)
+def replica(host: str, port: int, served_model_name: str, max_num_seqs: int,
+            kv_capacity_tokens: int, profile_file: str | None, mode: str,
+            base_ms: float | None, per_seq_ms: float | None,
+            prefill_ms_per_token: float | None, default_max_tokens: int) -> None:
+    """Run a model of one vLLM replica (OpenAI API + vLLM metrics) without a GPU."""
+    from slo_runtime.replica import Replica, load_step_model
+
+    model = load_step_model(profile_file, mode, base_ms=base_ms, per_seq_ms=per_seq_ms,
+                            prefill_ms_per_token=prefill_ms_per_token)
+    _serve(lambda: Replica(served_model_name, model, max_num_seqs, kv_capacity_tokens,
+                           default_max_tokens).app, host, port)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main(prog_name=os.path.basename(sys.argv[0]))

@@ -1,0 +1,460 @@
+"""Admission gateway: an asyncio reverse proxy in front of vLLM in the same pod.
+
+- A live in-flight limit, read from a file (the downward-API projection of the pod
+  annotation ``inference.slo-operator.io/inflight-limit``) and applied without restart.
+- Per-tenant queues served by weighted fair queuing (stride scheduling); the tenant comes
+  from a header or from the API key.
+- Responses, streaming ones included, are passed through byte for byte; a client that
+  goes away cancels its upstream request; a slow reader only slows itself.
+- Its own TTFT / end-to-end / queue-wait histograms and queue gauges on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, Field
+
+log = logging.getLogger("slo_runtime.gateway")
+
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
+    "Trailer", "Trailers", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+# The same boundaries as vLLM's histograms, so the gateway's view and the engine's can be
+# compared bucket by bucket (and the extra queueing in front of vLLM read off).
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+
+
+# --- configuration -----------------------------------------------------------------------
+class TenantSpec(BaseModel):
+    weight: float = Field(1.0, gt=0)
+    api_keys: list[str] = Field(default_factory=list)
+
+
+class TenantsConfig(BaseModel):
+    """The tenants file (YAML or JSON), see docs/runtime.md."""
+
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
+    # What happens to a request whose tenant is not listed (or has none):
+    # "default" serves it as ``default_tenant``; "reject" answers 403.
+    unknown_tenant: Literal["default", "reject"] = "default"
+    default_tenant: str = "default"
+
+    @classmethod
+    def load(cls, path: str | None) -> TenantsConfig:
+        if not path:
+            return cls()
+        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+
+
+@dataclass
+class GatewayConfig:
+    upstream: str = "http://127.0.0.1:8001"
+    default_limit: int = 256
+    limit_file: str | None = None
+    poll_interval_s: float = 0.5
+    max_body_bytes: int = 4 * 2**20
+    tenant_header: str = "X-Tenant"
+    tenants: TenantsConfig = field(default_factory=TenantsConfig)
+    max_queue_per_tenant: int = 4096
+    queue_timeout_s: float = 300.0
+    probe_file: str | None = None
+
+
+# --- the live limit ------------------------------------------------------------------------
+def parse_limit(text: str) -> int | None:
+    """A positive integer, or None for empty/invalid content (keep the current limit)."""
+    text = text.strip().strip('"')
+    try:
+        n = int(text)
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+async def watch_limit_file(path: str, interval_s: float, apply: Callable[[int], None],
+                           stop: asyncio.Event) -> None:
+    """Re-read the file's *content* every interval.
+
+    kubelet refreshes downward-API volumes by swapping a symlink to a new directory, so
+    an inotify watch on the old inode never fires; polling the content always sees it.
+    """
+    last: str | None = None
+    while not stop.is_set():
+        try:
+            text = await asyncio.to_thread(Path(path).read_text)
+        except OSError:
+            text = None
+        if text is not None and text != last:
+            last = text
+            n = parse_limit(text)
+            if n is None:
+                log.warning("Ignored in-flight limit file %s: %r is not a positive integer",
+                            path, text[:64])
+            else:
+                apply(n)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
+# --- weighted fair admission -----------------------------------------------------------------
+class QueueFull(Exception):
+    pass
+
+
+@dataclass
+class _Tenant:
+    weight: float
+    queue: deque[asyncio.Future[None]] = field(default_factory=deque)
+    vpass: float = 0.0   # stride-scheduling pass: virtual time this tenant has consumed
+
+
+class FairAdmission:
+    """At most ``limit`` requests in flight; waiting requests leave their tenants' queues
+    in weighted-fair order (stride scheduling: each grant advances the tenant's pass by
+    1/weight; the smallest pass goes next; a tenant returning from idle starts at the
+    current virtual time, so idleness earns no burst credit)."""
+
+    def __init__(self, limit: int, weights: dict[str, float] | None = None,
+                 default_weight: float = 1.0, max_queue: int = 4096,
+                 on_change: Callable[[], None] | None = None):
+        self.limit = limit
+        self.in_flight = 0
+        self.vtime = 0.0
+        self.max_queue = max_queue
+        self.default_weight = default_weight
+        self.tenants: dict[str, _Tenant] = {
+            t: _Tenant(w) for t, w in (weights or {}).items()}
+        self.granted: dict[str, int] = {}
+        self.on_change = on_change or (lambda: None)
+
+    def _tenant(self, name: str) -> _Tenant:
+        t = self.tenants.get(name)
+        if t is None:
+            t = self.tenants[name] = _Tenant(self.default_weight)
+        return t
+
+    def queued(self, name: str | None = None) -> int:
+        if name is not None:
+            t = self.tenants.get(name)
+            return sum(not f.done() for f in t.queue) if t else 0
+        return sum(self.queued(n) for n in self.tenants)
+
+    def set_limit(self, limit: int) -> None:
+        # Lowering the limit never interrupts running requests; it only withholds grants
+        # until enough of them have finished.
+        self.limit = limit
+        self._dispatch()
+        self.on_change()
+
+    def _grant(self, name: str, t: _Tenant) -> None:
+        self.vtime = max(self.vtime, t.vpass)
+        t.vpass = max(t.vpass, self.vtime) + 1.0 / t.weight
+        self.in_flight += 1
+        self.granted[name] = self.granted.get(name, 0) + 1
+
+    def try_acquire(self, name: str) -> bool:
+        """Grant at once when nothing waits and a slot is free."""
+        t = self._tenant(name)
+        if self.in_flight < self.limit and not any(
+                q.queue for q in self.tenants.values()):
+            t.vpass = max(t.vpass, self.vtime)
+            self._grant(name, t)
+            self.on_change()
+            return True
+        return False
+
+    async def acquire(self, name: str, timeout: float | None = None) -> None:
+        if self.try_acquire(name):
+            return
+        t = self._tenant(name)
+        if len(t.queue) >= self.max_queue:
+            raise QueueFull(name)
+        if not t.queue:
+            t.vpass = max(t.vpass, self.vtime)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        t.queue.append(fut)
+        self.on_change()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except (asyncio.CancelledError, TimeoutError):
+            if fut.done() and not fut.cancelled():
+                self.release()         # granted in the same instant it was abandoned
+            else:
+                fut.cancel()
+                with contextlib.suppress(ValueError):
+                    t.queue.remove(fut)
+            self.on_change()
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._dispatch()
+        self.on_change()
+
+    def _dispatch(self) -> None:
+        while self.in_flight < self.limit:
+            best: tuple[float, str] | None = None
+            for name, t in self.tenants.items():
+                while t.queue and t.queue[0].done():   # abandoned waiters
+                    t.queue.popleft()
+                if t.queue and (best is None or (t.vpass, name) < best):
+                    best = (t.vpass, name)
+            if best is None:
+                return
+            t = self.tenants[best[1]]
+            fut = t.queue.popleft()
+            self._grant(best[1], t)
+            fut.set_result(None)
+
+
+# --- metrics -----------------------------------------------------------------------------------
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = reg = CollectorRegistry()
+        self.requests = Counter("slo_gateway_requests", "Requests answered, by HTTP status.",
+                                ["tenant", "code"], registry=reg)
+        self.rejections = Counter("slo_gateway_rejections", "Requests refused, by reason.",
+                                  ["tenant", "reason"], registry=reg)
+        self.cancelled = Counter("slo_gateway_cancelled", "Requests whose client went away.",
+                                 ["tenant"], registry=reg)
+        self.ttft = Histogram("slo_gateway_time_to_first_token_seconds",
+                              "Arrival at the gateway to first response byte (streaming).",
+                              ["tenant"], buckets=TTFT_BUCKETS, registry=reg)
+        self.e2e = Histogram("slo_gateway_e2e_request_latency_seconds",
+                             "Arrival at the gateway to last response byte.",
+                             ["tenant"], buckets=E2E_BUCKETS, registry=reg)
+        self.queue_wait = Histogram("slo_gateway_queue_wait_seconds",
+                                    "Time waiting for an in-flight slot.", ["tenant"],
+                                    buckets=TTFT_BUCKETS, registry=reg)
+        self.queue_depth = Gauge("slo_gateway_queue_depth", "Requests waiting, per tenant.",
+                                 ["tenant"], registry=reg)
+        self.inflight = Gauge("slo_gateway_inflight", "Requests admitted and not finished.",
+                              registry=reg)
+        self.limit = Gauge("slo_gateway_inflight_limit", "The live in-flight limit.",
+                           registry=reg)
+
+
+def _error(status: int, message: str, typ: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": typ, "param": None,
+                                        "code": status}}, status=status)
+
+
+# --- the gateway ---------------------------------------------------------------------------------
+class Gateway:
+    def __init__(self, cfg: GatewayConfig):
+        self.cfg = cfg
+        self.metrics = GatewayMetrics()
+        weights = {n: s.weight for n, s in cfg.tenants.tenants.items()}
+        self.admission = FairAdmission(cfg.default_limit, weights,
+                                       max_queue=cfg.max_queue_per_tenant,
+                                       on_change=self._gauges)
+        self.key_to_tenant = {k: n for n, s in cfg.tenants.tenants.items() for k in s.api_keys}
+        self.session: aiohttp.ClientSession | None = None
+        self._stop = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+        self.metrics.limit.set(cfg.default_limit)
+        self.extra_metrics = b""
+        if cfg.probe_file and Path(cfg.probe_file).exists():
+            self.extra_metrics = _probe_metrics(cfg.probe_file)
+        app = web.Application(client_max_size=cfg.max_body_bytes)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_route("*", "/{tail:.*}", self.proxy)
+        app.on_startup.append(self._startup)
+        app.on_cleanup.append(self._cleanup)
+        self.app = app
+
+    # lifecycle
+    async def _startup(self, app: web.Application) -> None:
+        # No pool limit: the admission limit is the only cap on upstream concurrency.
+        conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=conn, auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        if self.cfg.limit_file:
+            self._watch = asyncio.get_running_loop().create_task(watch_limit_file(
+                self.cfg.limit_file, self.cfg.poll_interval_s, self.set_limit, self._stop))
+
+    async def _cleanup(self, app: web.Application) -> None:
+        self._stop.set()
+        if self._watch:
+            await asyncio.gather(self._watch, return_exceptions=True)
+        if self.session:
+            await self.session.close()
+
+    def set_limit(self, n: int) -> None:
+        if n != self.admission.limit:
+            log.info("Changed in-flight limit from %d to %d", self.admission.limit, n)
+        self.metrics.limit.set(n)
+        self.admission.set_limit(n)
+
+    def _gauges(self) -> None:
+        a = self.admission
+        self.metrics.inflight.set(a.in_flight)
+        for name, t in a.tenants.items():
+            self.metrics.queue_depth.labels(name).set(len(t.queue))
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry) + self.extra_metrics,
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # tenants
+    def resolve_tenant(self, request: web.Request) -> str | None:
+        tc = self.cfg.tenants
+        name = request.headers.get(self.cfg.tenant_header)
+        if not name:
+            auth = request.headers.get("Authorization", "")
+            if auth.lower().startswith("bearer "):
+                name = self.key_to_tenant.get(auth[7:].strip())
+        if name and name in tc.tenants:
+            return name
+        return tc.default_tenant if tc.unknown_tenant == "default" else None
+
+    # proxy
+    async def proxy(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        governed = request.method == "POST" and request.path.startswith("/v1/")
+        tenant = "-"
+        stream = False
+        if governed:
+            cl = request.content_length
+            if cl is not None and cl > self.cfg.max_body_bytes:
+                return self._reject(tenant, 413, "too_large",
+                                    f"body of {cl} bytes exceeds {self.cfg.max_body_bytes}")
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                return self._reject(tenant, 413, "too_large",
+                                    f"body exceeds {self.cfg.max_body_bytes} bytes")
+            try:
+                doc = json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return self._reject(tenant, 400, "invalid", "request body is not valid JSON")
+            if not isinstance(doc, dict):
+                return self._reject(tenant, 400, "invalid", "request body must be an object")
+            stream = doc.get("stream") is True
+            resolved = self.resolve_tenant(request)
+            if resolved is None:
+                return self._reject("unknown", 403, "unknown_tenant",
+                                    "no tenant known for this request", "PermissionDenied")
+            tenant = resolved
+            try:
+                await self.admission.acquire(tenant, self.cfg.queue_timeout_s)
+            except QueueFull:
+                return self._reject(tenant, 429, "queue_full", "tenant queue is full",
+                                    "RateLimitError")
+            except TimeoutError:
+                return self._reject(tenant, 503, "queue_timeout",
+                                    "timed out waiting for capacity", "ServiceUnavailable")
+            except asyncio.CancelledError:
+                self.metrics.cancelled.labels(tenant).inc()
+                raise
+            self.metrics.queue_wait.labels(tenant).observe(loop.time() - arrival)
+        else:
+            body = await request.read()
+        try:
+            return await self._forward(request, body, tenant, arrival, stream)
+        finally:
+            if governed:
+                self.admission.release()
+
+    def _reject(self, tenant: str, status: int, reason: str, message: str,
+                typ: str = "BadRequestError") -> web.Response:
+        self.metrics.rejections.labels(tenant, reason).inc()
+        self.metrics.requests.labels(tenant, str(status)).inc()
+        return _error(status, message, typ)
+
+    async def _forward(self, request: web.Request, body: bytes, tenant: str, arrival: float,
+                       stream: bool) -> web.StreamResponse:
+        assert self.session is not None
+        loop = asyncio.get_running_loop()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        url = self.cfg.upstream + request.rel_url.raw_path_qs
+        try:
+            up = await self.session.request(request.method, url, data=body or None,
+                                            headers=headers, allow_redirects=False)
+        except asyncio.CancelledError:
+            self.metrics.cancelled.labels(tenant).inc()
+            raise
+        except (aiohttp.ClientError, OSError) as e:
+            return self._reject(tenant, 502, "upstream_error", f"upstream unreachable: {e}",
+                                "BadGateway")
+        resp = web.StreamResponse(status=up.status, reason=up.reason)
+        for k, v in up.headers.items():
+            if k.lower() not in HOP_BY_HOP:
+                resp.headers.add(k, v)
+        if up.content_length is not None:
+            resp.content_length = up.content_length
+        try:
+            await resp.prepare(request)
+            first = True
+            async for chunk in up.content.iter_any():
+                if first and stream:
+                    self.metrics.ttft.labels(tenant).observe(loop.time() - arrival)
+                first = False
+                await resp.write(chunk)
+            await resp.write_eof()
+        except (asyncio.CancelledError, ConnectionError, aiohttp.ClientConnectionResetError):
+            # The client went away: close the upstream connection so the engine aborts
+            # the sequence instead of generating into the void.
+            up.close()
+            self.metrics.cancelled.labels(tenant).inc()
+            raise
+        except aiohttp.ClientPayloadError:
+            up.close()
+            raise
+        else:
+            up.release()
+        self.metrics.e2e.labels(tenant).observe(loop.time() - arrival)
+        self.metrics.requests.labels(tenant, str(up.status)).inc()
+        return resp
+
+
+def _probe_metrics(path: str) -> bytes:
+    """The launcher's probe result as Prometheus lines (probe JSON as written by
+    ``slo-runtime probe --output``)."""
+    from slo_runtime.probe import GpuInfo, ProbeResult, metrics_text
+
+    try:
+        d: dict[str, Any] = json.loads(Path(path).read_text())
+        g = d["gpu"]
+        gpu = GpuInfo(g["vendor"], g["product"], g["compute_capability"],
+                      int(g["memory_mib"]), int(g["count"]), g.get("source", ""),
+                      g.get("driver", ""))
+        res = ProbeResult(gpu, d.get("expected", {}), list(d.get("mismatches", [])))
+        return metrics_text(res).encode()
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("Ignored probe file %s: %s", path, e)
+        return b""
+
+
+async def start_site(app: web.Application, host: str, port: int
+                     ) -> tuple[web.AppRunner, int]:
+    """Start ``app`` on host:port (0 = any free port); returns the runner and the port.
+
+    ``handler_cancellation`` makes aiohttp cancel a handler whose client disconnected,
+    which is how a departed client's request gets cancelled upstream.
+    """
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    return runner, sock.getsockname()[1]
