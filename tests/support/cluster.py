@@ -295,7 +295,7 @@ class LocalCluster:
                 return
             self._stopped = True
         if self._api is not None:
-            self._api.close()
+            self._api.close()  # type: ignore[no-untyped-call]
             self._api = None
         for c in reversed(self.components):
             c.stop()
@@ -323,7 +323,10 @@ class LocalCluster:
 
     def api_client(self) -> kubernetes.client.ApiClient:
         """A new admin ApiClient (caller closes it)."""
-        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+        client: kubernetes.client.ApiClient = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig)
+        )
+        return client
 
     @property
     def api(self) -> kubernetes.client.ApiClient:
@@ -400,7 +403,8 @@ class LocalCluster:
         self, name: str | None = None, labels: dict[str, str] | None = None
     ) -> str:
         name = name or f"t-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+        meta = kubernetes.client.V1ObjectMeta(name=name, labels=labels or {})
+        self.core.create_namespace(kubernetes.client.V1Namespace(metadata=meta))
         return name
 
     def sa_kubeconfig(
@@ -417,7 +421,12 @@ class LocalCluster:
         core = self.core
         if create:
             try:
-                core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+                core.create_namespaced_service_account(
+                    namespace,
+                    kubernetes.client.V1ServiceAccount(
+                        metadata=kubernetes.client.V1ObjectMeta(name=name)
+                    ),
+                )
             except ApiException as e:
                 if e.status != 409:
                     raise
@@ -426,14 +435,16 @@ class LocalCluster:
                 audiences=[], expiration_seconds=expiration_seconds
             )
         )
-        token = core.create_namespaced_service_account_token(name, namespace, request)
+        status = core.create_namespaced_service_account_token(name, namespace, request).status
+        if status is None or not status.token:
+            raise ClusterError(f"TokenRequest for {namespace}/{name} returned no token")
         out = path or self.workdir / f"sa-{namespace}-{name}.kubeconfig"
         return write_kubeconfig(
             out,
             server=self.server,
             ca=self.ca_cert,
             user=f"system:serviceaccount:{namespace}:{name}",
-            token=token.status.token,
+            token=status.token,
             namespace=namespace,
         )
 
@@ -442,7 +453,7 @@ class LocalCluster:
         manifests = fleet_manifests(fleet, prefix=prefix or self.node_prefix, taint=self.kwok_taint)
         for m in manifests:
             try:
-                self.core.create_node(m)
+                self.core.create_node(kubernetes.client.V1Node.model_validate(m))
             except ApiException as e:
                 # A reused --workdir keeps etcd, and with it the nodes of the last run.
                 if e.status != 409:
@@ -460,7 +471,9 @@ class LocalCluster:
             ok = {
                 n.metadata.name
                 for n in nodes
-                if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                if n.metadata is not None
+                and n.status is not None
+                and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
             }
             return wanted <= ok
 

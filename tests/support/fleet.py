@@ -208,12 +208,6 @@ def node_manifest(name: str, node_type: GpuNodeType, *, taint: bool = False) -> 
         "status": {
             "allocatable": allocatable,
             "capacity": dict(allocatable),
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "fake",
-                "kubeProxyVersion": "fake",
-            },
         },
     }
 
