@@ -72,3 +72,12 @@ def test_nested_defaults_reach_the_api_server() -> None:
     assert spec["default"] == {}
     assert spec["properties"]["objectives"]["default"] == {}
     assert spec["properties"]["objectives"]["properties"]["e2eLatencyP99Ms"]["default"] == 800
+
+
+@pytest.mark.parametrize("crd", all_crds(), ids=lambda c: c["spec"]["names"]["kind"])
+def test_helm_chart_ships_the_same_crds(crd: dict[str, Any]) -> None:
+    name = f"{crd['metadata']['name']}.yaml"
+    chart_copy = ROOT / "charts" / "slo-operator" / "crds" / name
+    assert chart_copy.read_text() == (ROOT / "crds" / name).read_text(), (
+        "charts/slo-operator/crds is stale: run `make crds`"
+    )

@@ -32,12 +32,14 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     """In-cluster config when running in a pod, else the kubeconfig."""
     if kubeconfig is None:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
             return ApiClient()
         except config.ConfigException:
             pass
     cfg = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=cfg
+    )
     return ApiClient(cfg)
 
 
@@ -54,21 +56,25 @@ class Kube:
     @property
     def dynamic(self) -> DynamicClient:
         if self._dynamic is None:
-            self._dynamic = DynamicClient(self.api)
+            self._dynamic = DynamicClient(self.api)  # type: ignore[no-untyped-call]
         return self._dynamic
 
     # ------------------------------------------------------------------ reads
 
+    def _wire(self, obj: object) -> Any:
+        """Typed client models -> the plain wire form (camelCase dicts)."""
+        return self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            obj = self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURALS[kind], name
             )
-            return obj
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
+        return dict(self._wire(obj))
 
     def list_custom(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
@@ -77,56 +83,54 @@ class Kube:
             )
         else:
             out = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind])
-        items: list[dict[str, Any]] = out.get("items", [])
-        return items
+        return list(self._wire(out).get("items", []))
 
     def list_nodes(self) -> list[NodeInfo]:
         nodes = []
-        for n in self.core.list_node().items:
-            taints = n.spec.taints or []
-            schedulable = not n.spec.unschedulable and not any(
-                t.effect == "NoSchedule" and t.key == "node.kubernetes.io/unschedulable"
-                for t in taints
-            )
+        for n in self._wire(self.core.list_node()).get("items", []):
+            spec, meta = n.get("spec") or {}, n.get("metadata") or {}
+            cordoned = bool(spec.get("unschedulable"))
             nodes.append(
                 NodeInfo(
-                    name=n.metadata.name,
-                    labels=dict(n.metadata.labels or {}),
-                    allocatable=dict((n.status.allocatable or {}) if n.status else {}),
-                    schedulable=schedulable,
+                    name=meta["name"],
+                    labels=dict(meta.get("labels") or {}),
+                    allocatable=dict((n.get("status") or {}).get("allocatable") or {}),
+                    schedulable=not cordoned,
                 )
             )
         return nodes
 
     def get_deployment(self, namespace: str, name: str) -> DeploymentObs | None:
         try:
-            d = self.apps.read_namespaced_deployment(name, namespace)
+            d = self._wire(self.apps.read_namespaced_deployment(name, namespace))
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        st = d.status
+        st = d.get("status") or {}
         return DeploymentObs(
-            replicas=st.replicas or 0,
-            ready_replicas=st.ready_replicas or 0,
-            updated_replicas=st.updated_replicas or 0,
-            generation=d.metadata.generation or 0,
-            observed_generation=st.observed_generation or 0,
+            replicas=st.get("replicas") or 0,
+            ready_replicas=st.get("readyReplicas") or 0,
+            updated_replicas=st.get("updatedReplicas") or 0,
+            generation=d["metadata"].get("generation") or 0,
+            observed_generation=st.get("observedGeneration") or 0,
         )
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[PodObs]:
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        pods = self._wire(self.core.list_namespaced_pod(namespace, label_selector=label_selector))
         out = []
-        for p in pods:
-            if p.metadata.deletion_timestamp:
+        for p in pods.get("items", []):
+            if p["metadata"].get("deletionTimestamp"):
                 continue
+            status = p.get("status") or {}
             unsched, msg = False, ""
-            for c in (p.status.conditions or []) if p.status else []:
-                if c.type == "PodScheduled" and c.status == "False":
-                    unsched = c.reason == "Unschedulable"
-                    msg = c.message or ""
-            out.append(PodObs(p.metadata.name, p.status.phase or "Unknown", unsched, msg))
+            for c in status.get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                    unsched = c.get("reason") == "Unschedulable"
+                    msg = c.get("message") or ""
+            out.append(PodObs(p["metadata"]["name"], status.get("phase") or "Unknown",
+                              unsched, msg))
         return out
 
     # ------------------------------------------------------------------ writes
@@ -134,7 +138,7 @@ class Kube:
     def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side apply; force, since this manager is the owner of what it renders."""
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        self.dynamic.server_side_apply(
+        self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
             resource,
             body=dict(obj),
             name=obj["metadata"]["name"],
@@ -191,7 +195,7 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
+            self.core.create_namespaced_event(meta["namespace"], body)  # type: ignore[arg-type]
         except ApiException as e:
             log.warning("Failed to post event %s on %s: %s", reason, meta["name"], e.reason)
 

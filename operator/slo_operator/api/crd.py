@@ -164,7 +164,7 @@ def _crd(
 
 
 def inference_service_crd() -> dict[str, Any]:
-    columns = [
+    columns: list[dict[str, Any]] = [
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Batch", "type": "integer", "jsonPath": ".status.batchLimit"},
@@ -196,7 +196,7 @@ def inference_service_crd() -> dict[str, Any]:
 
 
 def slo_policy_crd() -> dict[str, Any]:
-    columns = [
+    columns: list[dict[str, Any]] = [
         {"name": "P99ms", "type": "integer", "jsonPath": ".spec.objectives.e2eLatencyP99Ms"},
         {"name": "TTFTms", "type": "integer", "jsonPath": ".spec.objectives.ttftP95Ms"},
         {"name": "Target", "type": "number", "jsonPath": ".spec.attainmentTarget"},

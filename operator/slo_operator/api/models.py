@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 GROUP = "inference.slo-operator.io"
 VERSION = "v1alpha1"
@@ -37,8 +38,8 @@ def parse_duration(value: str) -> int:
     return int(value[:-1]) * _DURATION_UNITS[value[-1]]
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    out = {"rule": rule, "message": message}
+def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    out: JsonDict = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
     return out
@@ -452,7 +453,7 @@ class ObjectMeta(BaseModel):
 class InferenceService(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
     api_version: Literal["inference.slo-operator.io/v1alpha1"] = Field(
-        default=API_VERSION, alias="apiVersion"
+        default="inference.slo-operator.io/v1alpha1", alias="apiVersion"
     )
     kind: Literal["InferenceService"] = "InferenceService"
     metadata: ObjectMeta
@@ -463,7 +464,7 @@ class InferenceService(BaseModel):
 class SLOPolicy(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
     api_version: Literal["inference.slo-operator.io/v1alpha1"] = Field(
-        default=API_VERSION, alias="apiVersion"
+        default="inference.slo-operator.io/v1alpha1", alias="apiVersion"
     )
     kind: Literal["SLOPolicy"] = "SLOPolicy"
     metadata: ObjectMeta
