@@ -288,6 +288,13 @@ class Gateway:
             connector=conn, auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         if self.cfg.limit_file:
+            # Read once before serving, so the first requests already obey the file.
+            try:
+                n = parse_limit(Path(self.cfg.limit_file).read_text())
+            except OSError:
+                n = None
+            if n is not None:
+                self.set_limit(n)
             self._watch = asyncio.get_running_loop().create_task(watch_limit_file(
                 self.cfg.limit_file, self.cfg.poll_interval_s, self.set_limit, self._stop))
 

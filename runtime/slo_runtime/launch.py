@@ -235,9 +235,11 @@ def read_env(env: dict[str, str]) -> dict[str, Any]:
 
 
 def run_launch(env: dict[str, str], *, gpu: GpuInfo | None = None,
-               exec_fn: Callable[[str, list[str]], Any] = os.execvp,
+               exec_fn: Callable[[str, list[str]], Any] | None = None,
                spec: ServeSpec | None = None) -> LaunchPlan:
-    """Probe, plan, report, exec. ``exec_fn`` replaces the process in production."""
+    """Probe, plan, report, exec. ``exec_fn`` (default ``os.execvp``) replaces the
+    process in production."""
+    exec_fn = exec_fn or os.execvp
     cfg = read_env(env)
     gpu = gpu if gpu is not None else probe()
     res: ProbeResult = compare(gpu, cfg["expected_product"], cfg["expected_cc"],
