@@ -8,10 +8,11 @@
 # tests/support/cluster.py). A binary that exists and answers its version command is not rebuilt,
 # so a warm run takes seconds.
 #
-# Usage: hack/build-binaries.sh [--only NAME[,NAME...]] [--force]
+# Usage: hack/build-binaries.sh [--only NAME[,NAME...]] [--force] [--latest]
 #   NAME is one of: etcd kube kwok helm
 #   Versions can be overridden: ETCD_VERSION, KUBE_VERSION, KUBE_FALLBACK_VERSION,
-#   KWOK_VERSION, HELM_VERSION.
+#   KWOK_VERSION, HELM_VERSION. --latest asks the module proxy for the newest release of each
+#   pinned minor (Kubernetes 1.37, etcd 3.6) or major (kwok, helm) instead of the pins.
 set -euo pipefail
 
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -28,11 +29,13 @@ LOG_DIR="$CACHE/logs"
 
 ONLY="etcd,kube,kwok,helm"
 FORCE=0
+LATEST=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --only) ONLY="$2"; shift 2 ;;
     --force) FORCE=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --latest) LATEST=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +46,21 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off
 command -v go >/dev/null || { echo "go is required" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 mkdir -p "$CACHE" "$LOG_DIR"
+
+# newest MODULE PREFIX: the newest release (no pre-release) of MODULE starting with PREFIX.
+newest() {
+  (cd "$CACHE" && go list -m -versions "$1") | tr ' ' '\n' | grep -E "^${2//./\\.}[.0-9]*$" \
+    | sort -V | tail -n 1
+}
+if [[ $LATEST == 1 ]]; then
+  KUBE_VERSION=$(newest k8s.io/kubernetes "${KUBE_VERSION%.*}.")
+  KUBE_FALLBACK_VERSION=$(newest k8s.io/kubernetes "${KUBE_FALLBACK_VERSION%.*}.")
+  ETCD_VERSION=$(newest go.etcd.io/etcd/server/v3 "${ETCD_VERSION%.*}.")
+  KWOK_VERSION=$(newest sigs.k8s.io/kwok "${KWOK_VERSION%%.*}.")
+  HELM_VERSION=$(newest "helm.sh/helm/${HELM_VERSION%%.*}" "${HELM_VERSION%%.*}.")
+  echo "latest: kubernetes $KUBE_VERSION (fallback $KUBE_FALLBACK_VERSION), etcd $ETCD_VERSION," \
+    "kwok $KWOK_VERSION, helm $HELM_VERSION"
+fi
 
 declare -A ENV_OUT=()
 FAILED=()
@@ -58,7 +76,11 @@ json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[
 is_built() {
   local bin=$1 expected=$2; shift 2
   [[ $FORCE == 0 && -x "$bin" ]] || return 1
-  "$bin" "$@" 2>&1 | grep -q -- "${expected#v}"
+  # Captured, not piped into grep -q: an early exit of grep would SIGPIPE the binary and fail
+  # the pipeline under pipefail.
+  local out
+  out=$("$bin" "$@" 2>&1) || return 1
+  [[ $out == *"${expected#v}"* ]]
 }
 
 # make_wrapper DIR MODULE VERSION LOCAL_VERSION
