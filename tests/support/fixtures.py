@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator, Iterator
 
 import kubernetes.client
 import pytest
@@ -47,14 +46,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         c.stop()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     c = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(c, LocalCluster):
         dest = c.save_logs(item.nodeid)
         report.sections.append(("control-plane logs", f"copied to {dest}"))
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +65,7 @@ def kube_api(cluster: LocalCluster) -> Iterator[kubernetes.client.ApiClient]:
     try:
         yield api
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
