@@ -70,7 +70,15 @@ want() { [[ ",$ONLY," == *",$1,"* ]]; }
 now() { date +%s; }
 
 # json_field FIELD: read one top-level field from a JSON document on stdin.
-json_field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+# `go mod download -json` reports a failure as an "Error" field, which is shown instead.
+json_field() {
+  python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+if sys.argv[1] not in doc:
+    sys.exit(doc.get("Error") or f"no {sys.argv[1]} in {doc}")
+print(doc[sys.argv[1]])' "$1"
+}
 
 # is_built BIN EXPECTED ARGS...: the binary exists and its version output names EXPECTED.
 is_built() {
@@ -252,7 +260,12 @@ DROPPED=()
 failed() {
   FAILED+=("$1")
   DROPPED+=("$2")
-  local k
+  local k log
+  log=$(ls -t "$LOG_DIR/${1/kube/kubernetes}-"*.log 2>/dev/null | head -n 1)
+  if [[ -n "$log" ]]; then
+    echo "!! $1 failed; last lines of $log:" >&2
+    tail -n 20 "$log" >&2
+  fi
   for k in "${!ENV_OUT[@]}"; do [[ $k == "$2"* ]] && unset "ENV_OUT[$k]"; done
   return 0
 }
