@@ -85,10 +85,12 @@ def gfd_product_label(nvml_name: str) -> str:
 
 def _base_product(label: str) -> str:
     # Sharing suffixes describe how the GPU is offered, not what it is; old drivers
-    # drop the vendor prefix (A100-SXM4-40GB).
+    # drop the vendor prefix (A100-SXM4-40GB); AMD's labeller joins words with "_".
+    label = re.sub(r"[\s_]+", "-", label.strip())
+    label = re.sub(r"[^A-Za-z0-9\-.]", "", label)
     label = re.sub(r"-MIG-.*$", "", label)
     label = re.sub(r"-SHARED$", "", label)
-    return re.sub(r"^NVIDIA-", "", label).lower()
+    return re.sub(r"^NVIDIA-", "", label, flags=re.IGNORECASE).lower()
 
 
 def product_matches(found_name: str, expected_label: str) -> bool:
@@ -97,7 +99,7 @@ def product_matches(found_name: str, expected_label: str) -> bool:
     Labels may be shorter than the NVML name (``NVIDIA-H200`` vs
     ``NVIDIA H200 141GB HBM3e``), so a label that is a dash-bounded prefix matches.
     """
-    found = _base_product(gfd_product_label(found_name))
+    found = _base_product(found_name)
     want = _base_product(expected_label)
     return bool(want) and (found == want or found.startswith(want + "-"))
 
