@@ -23,6 +23,8 @@ KUBE_FALLBACK_VERSION=${KUBE_FALLBACK_VERSION:-v1.36.3}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
 
+# The go command needs HOME for its caches; a bare CI environment may not set it.
+export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 CACHE=${SLO_BIN_CACHE:-$HOME/.cache/slo-operator/bin}
 ENV_FILE="$CACHE/slo-bin.env"
 LOG_DIR="$CACHE/logs"
