@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -292,3 +293,23 @@ def test_rbac_is_enforced_for_service_accounts(cluster: LocalCluster, namespace:
     assert allowed
     with pytest.raises(ClusterError, match="forbidden"):
         cluster.kubectl("get", "secrets", "-n", namespace, kubeconfig=kubeconfig)
+
+
+def test_spawned_helper_logs_to_cluster_logs_and_stops(cluster: LocalCluster) -> None:
+    assert cluster.binaries.kubectl is not None
+    watcher = cluster.spawn(
+        "node-watcher",
+        [str(cluster.binaries.kubectl), "get", "nodes", "--watch", "-o", "name"],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+    )
+    try:
+        cluster.wait_for(
+            lambda: "node/kwok-mi300x-0" in watcher.log.read_text(),
+            timeout=30,
+            desc="watcher output",
+        )
+        assert watcher.log.parent == cluster.logs_dir
+        assert watcher.alive()
+    finally:
+        watcher.stop()
+    assert not watcher.alive()

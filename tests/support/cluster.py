@@ -181,7 +181,7 @@ class Component:
     popen: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
-    def start(self, cwd: Path) -> None:
+    def start(self, cwd: Path, env: dict[str, str] | None = None) -> None:
         self._log_file = self.log.open("ab")
         self._log_file.write(("$ " + " ".join(self.cmd) + "\n").encode())
         self._log_file.flush()
@@ -191,6 +191,7 @@ class Component:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
@@ -251,6 +252,7 @@ class LocalCluster:
         self.logs_dir = self.workdir / "logs"
         self.pki_dir = self.workdir / "pki"
         self.components: list[Component] = []
+        self.extra: list[Component] = []
         self.ports: dict[str, int] = {}
         self.node_names: list[str] = []
         self._api: kubernetes.client.ApiClient | None = None
@@ -297,7 +299,7 @@ class LocalCluster:
         if self._api is not None:
             self._api.close()  # type: ignore[no-untyped-call]
             self._api = None
-        for c in reversed(self.components):
+        for c in reversed(self.extra + self.components):
             c.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -478,6 +480,22 @@ class LocalCluster:
             return wanted <= ok
 
         self.wait_for(ready, timeout=timeout, desc=f"nodes Ready: {sorted(wanted)}")
+
+    def spawn(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Component:
+        """Start a helper process (an operator, Prometheus...) whose log lands in ``logs_dir``
+        (so it is saved with the control-plane logs) and which is stopped with the cluster.
+        Unlike control-plane components, its exit does not fail :meth:`wait_for`."""
+        c = Component(name=name, cmd=list(cmd), log=self.logs_dir / f"{name}.log")
+        c.start(cwd or REPO_ROOT, env=env)
+        self.extra.append(c)
+        return c
 
     def version(self) -> dict[str, Any]:
         return dict(self._get_json(f"{self.server}/version"))
