@@ -263,6 +263,7 @@ failed() {
   FAILED+=("$1")
   DROPPED+=("$2")
   local k log
+  # shellcheck disable=SC2012  # newest by mtime; the log names are ours, plain ASCII
   log=$(ls -t "$LOG_DIR/${1/kube/kubernetes}-"*.log 2>/dev/null | head -n 1)
   if [[ -n "$log" ]]; then
     echo "!! $1 failed; last lines of $log:" >&2
