@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,9 @@ from typing import Any, Literal
 import aiohttp
 import yaml
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
@@ -132,8 +134,7 @@ class FairAdmission:
     current virtual time, so idleness earns no burst credit)."""
 
     def __init__(self, limit: int, weights: dict[str, float] | None = None,
-                 default_weight: float = 1.0, max_queue: int = 4096,
-                 on_change: Callable[[], None] | None = None):
+                 default_weight: float = 1.0, max_queue: int = 4096):
         self.limit = limit
         self.in_flight = 0
         self.vtime = 0.0
@@ -142,7 +143,6 @@ class FairAdmission:
         self.tenants: dict[str, _Tenant] = {
             t: _Tenant(w) for t, w in (weights or {}).items()}
         self.granted: dict[str, int] = {}
-        self.on_change = on_change or (lambda: None)
 
     def _tenant(self, name: str) -> _Tenant:
         t = self.tenants.get(name)
@@ -161,7 +161,6 @@ class FairAdmission:
         # until enough of them have finished.
         self.limit = limit
         self._dispatch()
-        self.on_change()
 
     def _grant(self, name: str, t: _Tenant) -> None:
         self.vtime = max(self.vtime, t.vpass)
@@ -176,7 +175,6 @@ class FairAdmission:
                 q.queue for q in self.tenants.values()):
             t.vpass = max(t.vpass, self.vtime)
             self._grant(name, t)
-            self.on_change()
             return True
         return False
 
@@ -190,7 +188,6 @@ class FairAdmission:
             t.vpass = max(t.vpass, self.vtime)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         t.queue.append(fut)
-        self.on_change()
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout)
         except (asyncio.CancelledError, TimeoutError):
@@ -200,13 +197,11 @@ class FairAdmission:
                 fut.cancel()
                 with contextlib.suppress(ValueError):
                     t.queue.remove(fut)
-            self.on_change()
             raise
 
     def release(self) -> None:
         self.in_flight -= 1
         self._dispatch()
-        self.on_change()
 
     def _dispatch(self) -> None:
         while self.in_flight < self.limit:
@@ -225,8 +220,28 @@ class FairAdmission:
 
 
 # --- metrics -----------------------------------------------------------------------------------
+class _AdmissionCollector:
+    """Queue depth, in-flight count and limit, read from the admission state at scrape
+    time: nothing to update on the request path."""
+
+    def __init__(self, admission: FairAdmission):
+        self.admission = admission
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        a = self.admission
+        depth = GaugeMetricFamily("slo_gateway_queue_depth", "Requests waiting, per tenant.",
+                                  labels=["tenant"])
+        for name in sorted(a.tenants):
+            depth.add_metric([name], a.queued(name))
+        yield depth
+        yield GaugeMetricFamily("slo_gateway_inflight", "Requests admitted and not finished.",
+                                value=a.in_flight)
+        yield GaugeMetricFamily("slo_gateway_inflight_limit", "The live in-flight limit.",
+                                value=a.limit)
+
+
 class GatewayMetrics:
-    def __init__(self) -> None:
+    def __init__(self, admission: FairAdmission) -> None:
         self.registry = reg = CollectorRegistry()
         self.requests = Counter("slo_gateway_requests", "Requests answered, by HTTP status.",
                                 ["tenant", "code"], registry=reg)
@@ -243,12 +258,16 @@ class GatewayMetrics:
         self.queue_wait = Histogram("slo_gateway_queue_wait_seconds",
                                     "Time waiting for an in-flight slot.", ["tenant"],
                                     buckets=TTFT_BUCKETS, registry=reg)
-        self.queue_depth = Gauge("slo_gateway_queue_depth", "Requests waiting, per tenant.",
-                                 ["tenant"], registry=reg)
-        self.inflight = Gauge("slo_gateway_inflight", "Requests admitted and not finished.",
-                              registry=reg)
-        self.limit = Gauge("slo_gateway_inflight_limit", "The live in-flight limit.",
-                           registry=reg)
+        reg.register(_AdmissionCollector(admission))
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def child(self, metric: str, *labels: str) -> Any:
+        """Label children cached per tenant: the request path skips the label lookup."""
+        key = (metric, *labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = getattr(self, metric).labels(*labels)
+        return c
 
 
 def _error(status: int, message: str, typ: str) -> web.Response:
@@ -260,16 +279,14 @@ def _error(status: int, message: str, typ: str) -> web.Response:
 class Gateway:
     def __init__(self, cfg: GatewayConfig):
         self.cfg = cfg
-        self.metrics = GatewayMetrics()
         weights = {n: s.weight for n, s in cfg.tenants.tenants.items()}
         self.admission = FairAdmission(cfg.default_limit, weights,
-                                       max_queue=cfg.max_queue_per_tenant,
-                                       on_change=self._gauges)
+                                       max_queue=cfg.max_queue_per_tenant)
+        self.metrics = GatewayMetrics(self.admission)
         self.key_to_tenant = {k: n for n, s in cfg.tenants.tenants.items() for k in s.api_keys}
         self.session: aiohttp.ClientSession | None = None
         self._stop = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
-        self.metrics.limit.set(cfg.default_limit)
         self.extra_metrics = b""
         if cfg.probe_file and Path(cfg.probe_file).exists():
             self.extra_metrics = _probe_metrics(cfg.probe_file)
@@ -308,14 +325,7 @@ class Gateway:
     def set_limit(self, n: int) -> None:
         if n != self.admission.limit:
             log.info("Changed in-flight limit from %d to %d", self.admission.limit, n)
-        self.metrics.limit.set(n)
         self.admission.set_limit(n)
-
-    def _gauges(self) -> None:
-        a = self.admission
-        self.metrics.inflight.set(a.in_flight)
-        for name, t in a.tenants.items():
-            self.metrics.queue_depth.labels(name).set(len(t.queue))
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry) + self.extra_metrics,
@@ -371,9 +381,9 @@ class Gateway:
                 return self._reject(tenant, 503, "queue_timeout",
                                     "timed out waiting for capacity", "ServiceUnavailable")
             except asyncio.CancelledError:
-                self.metrics.cancelled.labels(tenant).inc()
+                self.metrics.child("cancelled", tenant).inc()
                 raise
-            self.metrics.queue_wait.labels(tenant).observe(loop.time() - arrival)
+            self.metrics.child("queue_wait", tenant).observe(loop.time() - arrival)
         else:
             body = await request.read()
         try:
@@ -384,8 +394,8 @@ class Gateway:
 
     def _reject(self, tenant: str, status: int, reason: str, message: str,
                 typ: str = "BadRequestError") -> web.Response:
-        self.metrics.rejections.labels(tenant, reason).inc()
-        self.metrics.requests.labels(tenant, str(status)).inc()
+        self.metrics.child("rejections", tenant, reason).inc()
+        self.metrics.child("requests", tenant, str(status)).inc()
         return _error(status, message, typ)
 
     async def _forward(self, request: web.Request, body: bytes, tenant: str, arrival: float,
@@ -398,39 +408,52 @@ class Gateway:
             up = await self.session.request(request.method, url, data=body or None,
                                             headers=headers, allow_redirects=False)
         except asyncio.CancelledError:
-            self.metrics.cancelled.labels(tenant).inc()
+            self.metrics.child("cancelled", tenant).inc()
             raise
         except (aiohttp.ClientError, OSError) as e:
             return self._reject(tenant, 502, "upstream_error", f"upstream unreachable: {e}",
                                 "BadGateway")
-        resp = web.StreamResponse(status=up.status, reason=up.reason)
-        for k, v in up.headers.items():
-            if k.lower() not in HOP_BY_HOP:
-                resp.headers.add(k, v)
-        if up.content_length is not None:
-            resp.content_length = up.content_length
+        headers_out = [(k, v) for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
-            await resp.prepare(request)
-            first = True
-            async for chunk in up.content.iter_any():
-                if first and stream:
-                    self.metrics.ttft.labels(tenant).observe(loop.time() - arrival)
-                first = False
-                await resp.write(chunk)
-            await resp.write_eof()
+            if stream or up.content_length is None or up.content_length > 2**20:
+                resp = await self._relay(request, up, headers_out, tenant, arrival, stream)
+            else:
+                # A whole body of known length: one write instead of headers and body apart.
+                body_out = await up.read()
+                resp = web.Response(body=body_out, status=up.status, reason=up.reason,
+                                    headers=CIMultiDict(headers_out))
         except (asyncio.CancelledError, ConnectionError, aiohttp.ClientConnectionResetError):
             # The client went away: close the upstream connection so the engine aborts
             # the sequence instead of generating into the void.
             up.close()
-            self.metrics.cancelled.labels(tenant).inc()
+            self.metrics.child("cancelled", tenant).inc()
             raise
         except aiohttp.ClientPayloadError:
             up.close()
             raise
         else:
             up.release()
-        self.metrics.e2e.labels(tenant).observe(loop.time() - arrival)
-        self.metrics.requests.labels(tenant, str(up.status)).inc()
+        self.metrics.child("e2e", tenant).observe(loop.time() - arrival)
+        self.metrics.child("requests", tenant, str(up.status)).inc()
+        return resp
+
+    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse,
+                     headers_out: list[tuple[str, str]], tenant: str, arrival: float,
+                     stream: bool) -> web.StreamResponse:
+        """Copy the body chunk by chunk as it arrives (server-sent events, chunked)."""
+        loop = asyncio.get_running_loop()
+        resp = web.StreamResponse(status=up.status, reason=up.reason,
+                                  headers=CIMultiDict(headers_out))
+        if up.content_length is not None:
+            resp.content_length = up.content_length
+        await resp.prepare(request)
+        first = True
+        async for chunk in up.content.iter_any():
+            if first and stream:
+                self.metrics.child("ttft", tenant).observe(loop.time() - arrival)
+            first = False
+            await resp.write(chunk)
+        await resp.write_eof()
         return resp
 
 
