@@ -87,7 +87,8 @@ class OperatorProcess:
             return False
 
     def logs(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()
 
     def stop(self) -> None:

@@ -136,3 +136,24 @@ def test_initial_replicas(policy: dict[str, Any], bounds: dict[str, Any],
 def test_api_enums_match_the_engine() -> None:
     assert set(typing.get_args(Precision)) == set(PRECISIONS)
     assert set(typing.get_args(KvCacheDtype)) == set(KV_CACHE_DTYPES)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "want_products"),
+    [
+        pytest.param("A100", {"A100-SXM4-80GB"}, id="family-name-covers-variants"),
+        pytest.param("a100-80gb", {"A100-SXM4-80GB"}, id="case-and-memory-words"),
+        pytest.param("L4", {"L4-24GB"}, id="l4-does-not-cover-l40s"),
+        pytest.param("NVIDIA-H100-80GB-HBM3", {"H100-SXM-80GB"}, id="exact-gfd-label"),
+        pytest.param("H200", set(), id="absent-product"),
+    ],
+)
+def test_product_names_match_pools(wanted: str, want_products: set[str]) -> None:
+    from slo_operator.hardware import resolve_product
+    from slo_operator.reconcile.plan import product_matches
+
+    nodes = [*FLEET, NodeInfo("l40s", {**L4, "nvidia.com/gpu.product": "NVIDIA-L40S",
+                                       "nvidia.com/gpu.memory": "46068"}, GPU8)]
+    got = {p.product for p in discover_pools(nodes)
+           if product_matches(wanted, resolve_product(wanted), p)}
+    assert got == want_products

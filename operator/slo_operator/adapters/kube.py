@@ -151,14 +151,9 @@ class Kube:
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
         """Merge-patch the status subresource (never the spec: Git owns it)."""
-        self.custom.api_client.call_api(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURALS[kind]}/{name}/status",
-            "PATCH",
-            body={"status": dict(status)},
-            header_params={"Content-Type": "application/merge-patch+json"},
-            auth_settings=["BearerToken"],
-            response_type="object",
-            _return_http_data_only=True,
+        # A dict body is sent as application/merge-patch+json by the client.
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURALS[kind], name, {"status": dict(status)}
         )
 
     def event(

@@ -78,17 +78,27 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
 
 
 def _defaults_for_nested_objects(schema: dict[str, Any]) -> None:
-    """Optional objects whose fields all have defaults default to ``{}``.
+    """Optional objects whose fields all have defaults get those defaults as a whole.
 
     The API server applies defaults only inside objects that exist, so without this an
-    omitted ``spec.objectives`` would come back without its 800 ms default.
+    omitted ``spec.objectives`` would come back without its 800 ms default. The default
+    must be the fully defaulted object, not ``{}``: the API server checks a default
+    against the CEL rules as written, before defaulting inside it.
     """
     required = set(schema.get("required", []))
     for name, prop in schema.get("properties", {}).items():
         if prop.get("type") == "object" and "properties" in prop:
             _defaults_for_nested_objects(prop)
             if name not in required and "default" not in prop and not prop.get("required"):
-                prop["default"] = {}
+                prop["default"] = _materialized_default(prop)
+
+
+def _materialized_default(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: copy.deepcopy(v["default"])
+        for k, v in schema.get("properties", {}).items()
+        if "default" in v
+    }
 
 
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -130,7 +140,7 @@ def _crd(
     if spec_required:
         root["required"] = ["spec"]
     else:
-        spec_schema["default"] = {}
+        spec_schema["default"] = _materialized_default(spec_schema)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

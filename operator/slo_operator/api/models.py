@@ -429,6 +429,7 @@ class InferenceServiceStatus(_Status):
     desired_replicas: int | None = None
     hardware: HardwareStatus | None = None
     engine_args: list[str] = Field(default_factory=list)
+    engine_notes: list[str] = Field(default_factory=list)
     batch_limit: int | None = None
     observed: ObservedStatus | None = None
     slo_compliant: bool | None = Field(default=None, alias="sloCompliant")

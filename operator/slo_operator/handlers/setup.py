@@ -40,6 +40,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # The resources are known up front; scanning CRDs would need cluster-wide read access
+    # to CustomResourceDefinitions, which the least-privilege role does not grant.
+    settings.scanning.disabled = True
     settings.execution.max_workers = int(os.environ.get("SLO_WORKERS", "8"))
     api = load_api_client(os.environ.get("SLO_KUBECONFIG") or None)
     memo.slo = Context(

@@ -6,6 +6,7 @@ backs the operator, ``slo-operator render`` and the tests.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -96,6 +97,25 @@ def pool_from_product(name: str) -> Pool | None:
     return Pool(res, (), res.gpus_per_node, res.gpus_per_node)
 
 
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.split(r"[-_ /]+", text.upper()) if t and t not in ("NVIDIA", "AMD")}
+
+
+def product_matches(wanted: str, resolved: HardwareResolution, pool: Pool) -> bool:
+    """Does a user's product name (``H100``, ``A100-80GB``) cover this pool?
+
+    Every word of the name must be a word of the pool's product, so ``A100`` covers
+    every A100 variant while ``L4`` does not cover ``L40S``; an exact catalogue match
+    (``NVIDIA-H100-80GB-HBM3``) counts too.
+    """
+    hw = pool.resolution.hardware
+    if hw is None:
+        return False
+    if resolved.hardware is not None and resolved.hardware.product == hw.product:
+        return True
+    return _tokens(wanted) <= _tokens(f"{hw.product} {hw.display_name}")
+
+
 def _matches_selector(pool: Pool, nodes: Sequence[NodeInfo], selector: Mapping[str, str]) -> bool:
     if not selector:
         return True
@@ -171,11 +191,12 @@ def candidate_pools(
     ordered: list[Pool] = []
     for i, wanted in enumerate(spec.hardware.gpu_products):
         res = resolve_product(wanted)
-        if res.hardware is None:
-            return [], Problem(
-                C.UNKNOWN_GPU, f"spec.hardware.gpuProducts[{i}]", res.message
-            )
-        ordered += [p for p in allowed if p.product == res.hardware.product and p not in ordered]
+        matching = [p for p in allowed if product_matches(wanted, res, p) and p not in ordered]
+        if not matching and res.hardware is None and not any(
+            product_matches(wanted, res, p) for p in pools
+        ):
+            return [], Problem(C.UNKNOWN_GPU, f"spec.hardware.gpuProducts[{i}]", res.message)
+        ordered += matching
     if not ordered:
         wanted_s = ", ".join(spec.hardware.gpu_products)
         have = ", ".join(sorted({p.product for p in pools})) or "none"

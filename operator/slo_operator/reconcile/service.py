@@ -165,16 +165,22 @@ def reconcile_service_sync(
         return _report(kube, body, old_status, new, conds, now, outcome)
 
     plan: ServicePlan = result
+    eng = plan.engine
     conds.append(
         Cond(
             C.HARDWARE_RESOLVED,
             True,
             C.HARDWARE_FOUND,
             f"{plan.pool.product} pool ({len(plan.pool.nodes)} nodes, "
-            f"{plan.pool.gpus_per_node} GPUs each); "
-            + "; ".join(plan.notes[:4]),
+            f"{plan.pool.gpus_per_node} GPUs each): dtype {eng.dtype}, "
+            f"quantization {eng.quantization or 'none'}, KV cache {eng.kv_cache_dtype}, "
+            f"tensor parallel {eng.tensor_parallel_size}",
         )
     )
+    # The SLO loop (Prometheus) sets this; until it runs, say so rather than stay silent.
+    if not any(c.type == C.SLO_COMPLIANT for c in old_status.conditions):
+        conds.append(Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS,
+                          "No latency observations yet"))
     for obj in build_all(plan.render):
         kube.apply(obj)
         outcome.applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
@@ -188,6 +194,7 @@ def reconcile_service_sync(
     new.ready_replicas = dep.ready_replicas if dep else 0
     new.hardware = plan.hardware_status
     new.engine_args = list(plan.engine.args)
+    new.engine_notes = list(plan.notes)
     new.batch_limit = plan.engine.max_num_seqs
     return _report(kube, body, old_status, new, conds, now, outcome)
 
