@@ -139,8 +139,8 @@ async def test_limit_file_rewrite_changes_inflight_cap_without_restart(
         reqs = [asyncio.create_task(collect(s, url + "/v1/completions",
                                             {"prompt": "p", "max_tokens": 15}))
                 for _ in range(10)]
-        await wait_until(lambda: gw.admission.queued() == 8)
-        assert len(rep.engine.running) == 2
+        await wait_until(lambda: gw.admission.queued() == 8 and len(rep.engine.running) == 2)
+        assert gw.admission.in_flight == 2
         assert gw.admission.limit == 2
         # kubelet replaces the projected file; the gateway must see the new content.
         new = tmp_path / "new"

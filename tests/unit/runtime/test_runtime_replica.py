@@ -128,8 +128,7 @@ async def test_capacity_caps_running_and_queues_the_rest(servers: Servers) -> No
                 assert r.status == 200
                 return (await r.json())["usage"]["completion_tokens"]
         tasks = [asyncio.create_task(one()) for _ in range(12)]
-        await wait_until(lambda: len(rep.engine.waiting) == 8)
-        assert len(rep.engine.running) == 4
+        await wait_until(lambda: len(rep.engine.waiting) == 8 and len(rep.engine.running) == 4)
         assert await asyncio.gather(*tasks) == [10] * 12
     assert rep.engine.max_running_seen == 4
     # 12 requests of 10 tokens through 4 slots: three waves of 10 steps (+ admission).
