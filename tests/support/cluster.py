@@ -299,7 +299,8 @@ class LocalCluster:
         if self._api is not None:
             self._api.close()  # type: ignore[no-untyped-call]
             self._api = None
-        for c in reversed(self.extra + self.components):
+        # Helpers (an operator) go first, while the API server they talk to is still up.
+        for c in [*reversed(self.extra), *reversed(self.components)]:
             c.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
