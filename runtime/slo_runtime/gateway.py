@@ -292,6 +292,7 @@ class Gateway:
             self.extra_metrics = _probe_metrics(cfg.probe_file)
         app = web.Application(client_max_size=cfg.max_body_bytes)
         app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_get("/engine/metrics", self.engine_metrics)
         app.router.add_route("*", "/{tail:.*}", self.proxy)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
@@ -330,6 +331,11 @@ class Gateway:
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry) + self.extra_metrics,
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def engine_metrics(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's own /metrics through the gateway's port, so vLLM can stay on loopback."""
+        return await self._forward(request.clone(rel_url="/metrics"), b"", "-",
+                                   asyncio.get_running_loop().time(), False)
 
     # tenants
     def resolve_tenant(self, request: web.Request) -> str | None:

@@ -345,3 +345,13 @@ async def test_gateway_exports_ttft_e2e_and_queue_metrics(servers: Servers) -> N
     assert 0.004 < ttft < e2e
     assert ("slo_gateway_queue_depth", tenant) in m
     assert m[("slo_gateway_inflight", ())] == 0
+
+
+async def test_engine_metrics_are_forwarded_from_vllm(servers: Servers) -> None:
+    _, up = await servers.replica(model_name="fwd")
+    _, url = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s, s.get(url + "/engine/metrics") as r:
+        assert r.status == 200
+        text = await r.text()
+    assert 'vllm:num_requests_running{engine="0",model_name="fwd"}' in text
+    assert "slo_gateway_" not in text
