@@ -216,6 +216,22 @@ async def test_client_disconnect_cancels_the_upstream_request(servers: Servers) 
     assert rep.metrics.success["abort"]._value.get() == 1
 
 
+async def test_client_disconnect_before_a_whole_response_cancels_upstream(
+        servers: Servers) -> None:
+    rep, up = await servers.replica(model=StepModel(base_ms=10, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up)
+    s = aiohttp.ClientSession()
+    pending = asyncio.create_task(s.post(url + "/v1/completions",
+                                         json={"prompt": "p", "max_tokens": 10000}))
+    await wait_until(lambda: len(rep.engine.running) == 1)
+    await s.close()
+    await asyncio.gather(pending, return_exceptions=True)
+    await asyncio.wait_for(rep.engine.aborted_event.wait(), 10)
+    assert rep.engine.aborted == 1 and rep.engine.completed == 0
+    await wait_until(lambda: gw.admission.in_flight == 0)
+
+
 async def test_client_disconnect_while_queued_never_reaches_upstream(
         servers: Servers) -> None:
     rep, up = await servers.replica(model=StepModel(base_ms=10, per_seq_ms=0,
