@@ -171,6 +171,14 @@ def test_service_becomes_fp8_deployment_on_h100_nodes(
     reasons = {e["reason"] for e in events_for(cluster, namespace, "chat")}
     assert "HardwareFound" in reasons
 
+    # GitOps: the operator leaves the user's object alone apart from status.
+    meta = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat",
+                                "--show-managed-fields")["metadata"]
+    assert not meta.get("finalizers")
+    assert not [k for k in meta.get("annotations", {}) if "kopf" in k or GROUP in k]
+    writers = [m for m in meta["managedFields"] if not m["manager"].startswith("kubectl")]
+    assert writers and all(m.get("subresource") == "status" for m in writers), writers
+
 
 def test_same_service_on_a100_gets_bf16_without_fp8_weights(
     cluster: LocalCluster, running_operator: OperatorProcess, namespace: str
@@ -213,6 +221,20 @@ def test_unknown_or_absent_hardware_is_a_condition_not_a_crash(
     assert running_operator.proc.poll() is None
 
 
+def test_engine_problems_are_conditions_with_the_field(
+    cluster: LocalCluster, running_operator: OperatorProcess, namespace: str
+) -> None:
+    apply(cluster, namespace,
+          isvc("odd", products=["H100"], engine={"extraArgs": ["--no-such-flag"]}))
+    cond = wait_condition(cluster, namespace, "odd", "Ready", "False", "EngineInfeasible")
+    assert "spec.engine.extraArgs[0]" in cond["message"]
+    warnings = {e["reason"] for e in events_for(cluster, namespace, "odd")
+                if e["type"] == "Warning"}
+    assert "EngineInfeasible" in warnings
+    assert cluster.kubectl("get", "deploy", "-n", namespace, "odd-vllm",
+                           check=False).returncode != 0
+
+
 def test_missing_policy_waits_then_binds(
     cluster: LocalCluster, running_operator: OperatorProcess, namespace: str
 ) -> None:
@@ -221,8 +243,13 @@ def test_missing_policy_waits_then_binds(
     assert "spec.sloPolicyRef.name" in cond["message"]
     apply(cluster, namespace, policy("later"))
     wait_condition(cluster, namespace, "late", "PolicyBound", "True", "PolicyResolved")
-    slo = cluster.kubectl_json("get", "slo", "-n", namespace, "later")
-    assert slo["status"]["boundServices"] == ["late"]
+    slo = cluster.wait_for(
+        lambda: (cluster.kubectl_json("get", "slo", "-n", namespace, "later").get("status")
+                 or {}).get("boundServices"), timeout=60, desc="policy status lists late")
+    assert slo == ["late"]
+    # Deleting the policy does not stop the service; its status says what is missing.
+    cluster.kubectl("delete", "slo", "-n", namespace, "later")
+    wait_condition(cluster, namespace, "late", "PolicyBound", "False", "PolicyNotFound")
 
 
 def test_deleting_the_service_garbage_collects_its_objects(

@@ -55,3 +55,11 @@ async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any)
     svc = context(memo).kube.get_custom("InferenceService", meta["namespace"], owner)
     if svc is not None:
         await refresh(svc, memo)
+
+
+@kopf.on.delete(*RESOURCE, optional=True)
+async def on_deleted(body: kopf.Body, **_: Any) -> None:
+    # optional=True: no finalizer; owned objects go with ownerReferences (garbage collector).
+    meta = body["metadata"]
+    log.info("Deleted InferenceService %s/%s; owned objects are garbage-collected",
+             meta["namespace"], meta["name"])

@@ -26,3 +26,13 @@ async def on_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         svc = ctx.kube.get_custom("InferenceService", namespace, name)
         if svc is not None:
             await refresh(svc, memo)
+
+
+@kopf.on.delete(*RESOURCE, optional=True)
+async def on_policy_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Services bound to a deleted policy keep running and say that their policy is gone."""
+    ctx = context(memo)
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    for svc in ctx.kube.list_custom("InferenceService", namespace):
+        if ((svc.get("spec") or {}).get("sloPolicyRef") or {}).get("name") == name:
+            await refresh(svc, memo)
