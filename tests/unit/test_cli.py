@@ -63,7 +63,7 @@ def test_render_yaml_has_deployment_service_pdb() -> None:
     assert kinds == ["Deployment", "Service", "PodDisruptionBudget"]
 
 
-def test_render_from_real_node_labels() -> None:
+def test_render_from_real_node_labels(tmp_path: Path) -> None:
     labels = yaml.safe_load((SHARED / "fixtures/hardware/node-labels.yaml").read_text())
     # Pick the first NVIDIA label set from the shared fixture that is an H100 without MIG.
     sets = labels if isinstance(labels, list) else list(labels.values())
@@ -73,11 +73,9 @@ def test_render_from_real_node_labels() -> None:
         if "H100" in str(lab.get("nvidia.com/gpu.product", "")) and "MIG" not in str(lab):
             flat.append({k: str(v) for k, v in lab.items()})
     assert flat, "fixture has an H100 label set"
-    runner = CliRunner()
-    with runner.isolated_filesystem():
-        Path("nodes.yaml").write_text(yaml.safe_dump(flat[0]))
-        res = runner.invoke(main, ["render", "-f", EXAMPLE_8B, "--node-labels", "nodes.yaml",
-                                   "-o", "json"])
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump(flat[0]))
+    res = run("render", "-f", EXAMPLE_8B, "--node-labels", str(nodes), "-o", "json")
     assert res.exit_code == 0, res.output
     assert opt(engine_args(res.stdout), "--quantization") == "fp8"
 
