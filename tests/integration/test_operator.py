@@ -302,3 +302,23 @@ def test_operator_identity_is_not_admin(cluster: LocalCluster,
                            kubeconfig=kubeconfig, check=False)
     assert proc.stdout.strip() == "no"
 
+
+
+def test_unknown_gpu_product_gets_conservative_settings_and_says_so(
+    cluster: LocalCluster, running_operator: OperatorProcess, namespace: str
+) -> None:
+    from tests.support.fleet import NodeGroup, nvidia_node_type
+
+    # A GPU no catalogue knows yet, but whose GFD labels say Hopper-class compute.
+    future = nvidia_node_type("x900", nvml_name="NVIDIA X900 Prototype", compute=(9, 0),
+                              memory_mib=98304)
+    cluster.add_nodes([NodeGroup(future, 1)], prefix="kwok-unknown")
+    apply(cluster, namespace, isvc("proto", products=["X900"]))
+    cond = wait_condition(cluster, namespace, "proto", "HardwareResolved", "True",
+                          "UnknownGPUProduct")
+    assert "conservative" in cond["message"]
+    warnings = {e["reason"] for e in events_for(cluster, namespace, "proto")
+                if e["type"] == "Warning"}
+    assert "UnknownGPUProduct" in warnings
+    hw = get_isvc(cluster, namespace, "proto")["status"]["hardware"]
+    assert hw["computeCapability"] == "9.0"

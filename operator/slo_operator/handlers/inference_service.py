@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +11,7 @@ import kopf
 
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.setup import context
+from slo_operator.reconcile.plan import NodeInfo
 from slo_operator.reconcile.service import Outcome, reconcile_service
 from slo_operator.render.objects import LABEL_SERVICE, MANAGED_BY
 
@@ -18,12 +19,16 @@ log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
 
 
-async def refresh(body: Mapping[str, Any], memo: kopf.Memo) -> Outcome:
+async def refresh(
+    body: Mapping[str, Any], memo: kopf.Memo, nodes: Sequence[NodeInfo] | None = None
+) -> Outcome:
     """Reconcile one service under its lock; never raises for spec or dependency problems."""
     ctx = context(memo)
     meta = body["metadata"]
     async with ctx.lock(meta["namespace"], meta["name"]):
-        outcome = await reconcile_service(ctx.kube, body, datetime.now(UTC), ctx.settings)
+        outcome = await reconcile_service(
+            ctx.kube, body, datetime.now(UTC), ctx.settings, nodes
+        )
     if outcome.applied:
         log.info("Reconciled InferenceService %s/%s: applied %s", meta["namespace"],
                  meta["name"], ", ".join(outcome.applied))

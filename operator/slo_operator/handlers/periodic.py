@@ -28,8 +28,9 @@ async def _cycle(memo: kopf.Memo) -> None:
     for pol in await asyncio.to_thread(ctx.kube.list_custom, "SLOPolicy"):
         await reconcile_policy(ctx.kube, pol, datetime.now(UTC))
     services = await asyncio.to_thread(ctx.kube.list_custom, "InferenceService")
+    nodes = await asyncio.to_thread(ctx.kube.list_nodes)
     for svc in services:
-        await refresh(svc, memo)
+        await refresh(svc, memo, nodes)
 
 
 async def _loop(memo: kopf.Memo) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +29,7 @@ from slo_operator.api.models import (
 )
 from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
+    NodeInfo,
     Problem,
     ServicePlan,
     discover_pools,
@@ -105,8 +106,13 @@ def _replicas(status: InferenceServiceStatus, lo: int, hi: int) -> int:
 
 
 def reconcile_service_sync(
-    kube: Kube, body: Mapping[str, Any], now: datetime, settings: Settings
+    kube: Kube,
+    body: Mapping[str, Any],
+    now: datetime,
+    settings: Settings,
+    nodes: Sequence[NodeInfo] | None = None,
 ) -> Outcome:
+    """``nodes``: pass one listing to a whole pass over many services (one LIST, not N)."""
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     generation = meta.get("generation")
@@ -137,7 +143,8 @@ def reconcile_service_sync(
 
     lo, hi = initial_replicas(spec, policy)
     replicas = _replicas(old_status, lo, hi)
-    nodes = kube.list_nodes()
+    if nodes is None:
+        nodes = kube.list_nodes()
     pools = discover_pools(nodes)
     result = plan_service(
         name=name,
@@ -166,11 +173,13 @@ def reconcile_service_sync(
 
     plan: ServicePlan = result
     eng = plan.engine
+    known = plan.pool.resolution.hardware is not None and plan.pool.resolution.hardware.known
     conds.append(
         Cond(
             C.HARDWARE_RESOLVED,
             True,
-            C.HARDWARE_FOUND,
+            C.HARDWARE_FOUND if known else C.UNKNOWN_GPU,
+            ("" if known else f"{plan.pool.resolution.message}; conservative settings: ") +
             f"{plan.pool.product} pool ({len(plan.pool.nodes)} nodes, "
             f"{plan.pool.gpus_per_node} GPUs each): dtype {eng.dtype}, "
             f"quantization {eng.quantization or 'none'}, KV cache {eng.kv_cache_dtype}, "
@@ -222,14 +231,18 @@ def _report(
 
 
 def _event_for(kube: Kube, body: Mapping[str, Any], c: Condition, now: datetime) -> None:
-    warn = c.type in _WARN_ON_FALSE and c.status == "False"
+    warn = (c.type in _WARN_ON_FALSE and c.status == "False") or c.reason == C.UNKNOWN_GPU
     if not warn and c.type not in (C.READY, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT):
         return
     kube.event(body, "Warning" if warn else "Normal", c.reason, c.message, now)
 
 
 async def reconcile_service(
-    kube: Kube, body: Mapping[str, Any], now: datetime, settings: Settings
+    kube: Kube,
+    body: Mapping[str, Any],
+    now: datetime,
+    settings: Settings,
+    nodes: Sequence[NodeInfo] | None = None,
 ) -> Outcome:
     # The kubernetes client is synchronous; keep the event loop free for other objects.
-    return await asyncio.to_thread(reconcile_service_sync, kube, body, now, settings)
+    return await asyncio.to_thread(reconcile_service_sync, kube, body, now, settings, nodes)
