@@ -284,6 +284,9 @@ def plan_service(
         policy=policy_name,
         served_model_name=spec.model.served_name or spec.model.name,
         expected_compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
+        # An explicit fp8 request keeps FP8 even where the node's profile finds no gain.
+        fp8_policy="force" if spec.engine.precision == "fp8" else "auto",
+        node_gpu_label=_product_label(pool),
     )
     status = HardwareStatus(
         vendor=hw.vendor,
@@ -298,6 +301,15 @@ def plan_service(
         f"{c.field}: {c.message}" for c in engine.conflicts
     )
     return ServicePlan(pool, engine, render, status, notes)
+
+
+_PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name",
+                   "beta.amd.com/gpu.product-name", "habana.ai/gaudi.product")
+
+
+def _product_label(pool: Pool) -> str:
+    selector = dict(pool.resolution.node_selector)
+    return next((selector[k] for k in _PRODUCT_LABELS if k in selector), "")
 
 
 def initial_replicas(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> tuple[int, int]:

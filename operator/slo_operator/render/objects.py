@@ -14,8 +14,9 @@ from typing import Any
 
 from slo_operator.api.models import API_VERSION, GROUP
 
-# Ports: the in-pod gateway is what clients and the Service reach; vLLM listens behind it
-# on loopback-facing port 8001 (also scraped for vLLM's own metrics).
+# Ports: the in-pod gateway is what clients, probes and Prometheus reach; vLLM listens
+# behind it on 127.0.0.1:8001 only. The gateway serves its own metrics on /metrics and
+# forwards vLLM's on /engine/metrics (docs/runtime.md).
 GATEWAY_PORT = 8000
 VLLM_PORT = 8001
 
@@ -29,6 +30,7 @@ MANAGED_BY = "slo-operator"
 
 RUNTIME_MOUNT = "/opt/slo-runtime"
 LIMIT_DIR = "/etc/slo-runtime"
+RUN_DIR = "/var/run/slo-runtime"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class RenderInput:
     policy: str = ""
     served_model_name: str = ""
     expected_compute_capability: str = ""
+    fp8_policy: str = "auto"
+    # The node's own product label value (GFD / AMD labeller), which the in-pod probe
+    # compares with what the GPU reports; falls back to the catalogue key.
+    node_gpu_label: str = ""
 
 
 def _instance_name(inp: RenderInput) -> str:
@@ -138,24 +144,28 @@ def engine_hash(inp: RenderInput) -> str:
 def _vllm_container(inp: RenderInput) -> dict[str, Any]:
     env = [
         {"name": "SLO_ENGINE_ARGS", "value": json.dumps(list(inp.engine_args))},
+        {"name": "SLO_VLLM_HOST", "value": "127.0.0.1"},
         {"name": "SLO_VLLM_PORT", "value": str(VLLM_PORT)},
-        {"name": "SLO_EXPECTED_GPU_PRODUCT", "value": inp.gpu_product},
+        {"name": "SLO_EXPECTED_GPU_PRODUCT", "value": inp.node_gpu_label or inp.gpu_product},
         {"name": "SLO_EXPECTED_COMPUTE_CAPABILITY", "value": inp.expected_compute_capability},
+        {"name": "SLO_EXPECTED_GPU_COUNT", "value": str(inp.gpus_per_replica)},
+        {"name": "SLO_FP8_POLICY", "value": inp.fp8_policy},
+        {"name": "SLO_PROBE_FILE", "value": f"{RUN_DIR}/probe.json"},
         {"name": "PYTHONPATH", "value": RUNTIME_MOUNT},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
     env += [{"name": k, "value": v} for k, v in inp.engine_env]
     gpus = str(inp.gpus_per_replica)
-    health = {"httpGet": {"path": "/health", "port": "vllm"}}
+    # vLLM listens on loopback only; probes reach its /health through the gateway.
+    health = {"httpGet": {"path": "/health", "port": GATEWAY_PORT}}
     return {
         "name": "vllm",
         "image": inp.engine_image,
         # The launcher (copied in by the init container) probes the GPUs, falls back from
         # settings the node cannot run, then execs vLLM's OpenAI server.
-        "command": ["python3", "-m", "slo_runtime.launch"],
+        "command": ["python3", "-m", "slo_runtime.cli", "launch"],
         "env": env,
-        "ports": [{"name": "vllm", "containerPort": VLLM_PORT, "protocol": "TCP"}],
         "resources": {"limits": {inp.gpu_resource: gpus}, "requests": {inp.gpu_resource: gpus}},
         # Model loading takes minutes; the startup probe holds liveness off until then.
         "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
@@ -164,6 +174,7 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "slo-runtime", "mountPath": RUNTIME_MOUNT, "readOnly": True},
+            {"name": "run", "mountPath": RUN_DIR},
         ],
     }
 
@@ -175,30 +186,40 @@ def _gateway_container(inp: RenderInput) -> dict[str, Any]:
         "command": [
             "slo-runtime",
             "gateway",
-            "--listen-port",
+            "--port",
             str(GATEWAY_PORT),
             "--upstream",
             f"http://127.0.0.1:{VLLM_PORT}",
         ],
         "env": [
             {"name": "SLO_INFLIGHT_LIMIT_FILE", "value": f"{LIMIT_DIR}/inflight-limit"},
-            {"name": "SLO_TENANT", "value": inp.tenant or inp.namespace},
+            {"name": "SLO_INFLIGHT_LIMIT", "value": str(inp.batch_limit)},
+            {"name": "SLO_PROBE_FILE", "value": f"{RUN_DIR}/probe.json"},
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
         },
-        "volumeMounts": [{"name": "inflight-limit", "mountPath": LIMIT_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "inflight-limit", "mountPath": LIMIT_DIR, "readOnly": True},
+            {"name": "run", "mountPath": RUN_DIR, "readOnly": True},
+        ],
     }
 
 
 def _inject_container(inp: RenderInput) -> dict[str, Any]:
+    # Copies the pure-Python runtime into a shared volume so the launcher runs with the
+    # vLLM image's own Python, without building an image per vLLM release.
+    copy = (
+        "cp -R \"$(python3 -c 'import os, slo_runtime; "
+        "print(os.path.dirname(slo_runtime.__file__))')\" " + RUNTIME_MOUNT + "/"
+    )
     return {
         "name": "slo-runtime-inject",
         "image": inp.runtime_image,
-        "command": ["slo-runtime", "install", "--into", RUNTIME_MOUNT],
+        "command": ["sh", "-c", copy],
         "volumeMounts": [{"name": "slo-runtime", "mountPath": RUNTIME_MOUNT}],
     }
 
@@ -213,6 +234,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
             {"name": "slo-runtime", "emptyDir": {}},
+            {"name": "run", "emptyDir": {}},
             {
                 "name": "inflight-limit",
                 "downwardAPI": {
@@ -256,7 +278,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                         ANNOTATION_INFLIGHT_LIMIT: str(inp.batch_limit),
                         ANNOTATION_ENGINE_HASH: engine_hash(inp),
                         "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(VLLM_PORT),
+                        "prometheus.io/port": str(GATEWAY_PORT),
                         "prometheus.io/path": "/metrics",
                     },
                 },
@@ -275,7 +297,6 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
             "selector": selector_labels(inp),
             "ports": [
                 {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"},
-                {"name": "vllm", "port": VLLM_PORT, "targetPort": "vllm", "protocol": "TCP"},
             ],
         },
     }
