@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slo_runtime.launch import read_env, run_launch
-from slo_runtime.probe import GpuInfo
 
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.reconcile.plan import ServicePlan, plan_service, pool_from_product
 from slo_operator.render.objects import GATEWAY_PORT, build_deployment
+from slo_runtime.launch import read_env, run_launch
+from slo_runtime.probe import GpuInfo
 
 GPUS = {
     "H100": GpuInfo("nvidia", "NVIDIA H100 80GB HBM3", "9.0", 81559, 8, "test"),
