@@ -7,10 +7,12 @@ BIN := $(VENV)/bin
 
 .PHONY: render test venv binaries lint unit integration crds clean
 
+# torch (extra "profile") runs the GPU-profile code on the CPU in tests; it is the big
+# download of a cold run (about 5 GB installed, PyPI's wheel carries the CUDA libraries).
 $(BIN)/slo-operator: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,profile]'
 	touch $@
 
 venv: $(BIN)/slo-operator
