@@ -7,11 +7,16 @@ BIN := $(VENV)/bin
 
 .PHONY: render test venv binaries lint unit integration crds clean
 
-# torch (extra "profile") runs the GPU-profile code on the CPU in tests; it is the big
-# download of a cold run (about 5 GB installed, PyPI's wheel carries the CUDA libraries).
 $(BIN)/slo-operator: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# torch (extra "profile") runs the GPU-profile code on the CPU in tests; it is the big
+# download of a cold run (about 5 GB installed: PyPI's wheel carries the CUDA libraries),
+# so `make render` does not need it.
+$(VENV)/.profile-deps: $(BIN)/slo-operator
 	$(BIN)/pip install --quiet -e '.[dev,profile]'
 	touch $@
 
@@ -31,7 +36,7 @@ lint: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-test: venv binaries lint
+test: venv $(VENV)/.profile-deps binaries lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 crds: venv
