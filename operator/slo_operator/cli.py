@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from slo_operator.api.crd import all_crds, crd_yaml
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
+from slo_operator.hardware import resolve_product
 from slo_operator.reconcile.plan import (
     NodeInfo,
     Problem,
@@ -133,8 +134,6 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
                              "or --node-labels FILE to choose the hardware to render for")
         pool = pool_from_product(product)
         if pool is None:
-            from slo_operator.hardware import resolve_product
-
             field = "--gpu-product" if gpu_product else "spec.hardware.gpuProducts[0]"
             raise InputError(f"{field}: {resolve_product(product).message}")
         nodes, pools = [], [pool]
