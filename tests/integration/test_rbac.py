@@ -99,11 +99,15 @@ spec:
   hardware: {{gpuProducts: [H100]}}
   sloPolicyRef: {{name: gold}}
 """)
-    # RBAC caches refresh quickly but not instantly; a token's first use can race the binding.
+    # The authorizer's caches lag a new binding a little: wait until the identity holds
+    # the last rule of its role before judging what it can do.
+    last = role["rules"][-1]
+    group = last["apiGroups"][0]
+    resource = last["resources"][0] + (f".{group}" if group else "")
     cluster.wait_for(
-        lambda: cluster.kubectl("auth", "can-i", "list", "pods", "-n", namespace,
-                                kubeconfig=kubeconfig, check=False).returncode in (0, 1),
-        timeout=30, desc="service account usable")
+        lambda: cluster.kubectl("auth", "can-i", last["verbs"][0], resource, "-n", namespace,
+                                kubeconfig=kubeconfig, check=False).stdout.strip() == "yes",
+        timeout=30, desc=f"binding effective for {sa}")
     problems = _reconcile_once(cluster, kubeconfig, namespace)
     if drop is None:
         assert problems == []
