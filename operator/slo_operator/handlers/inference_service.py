@@ -30,7 +30,8 @@ async def refresh(
             ctx.kube, body, datetime.now(UTC), ctx.settings, nodes
         )
     if outcome.applied:
-        log.info("Reconciled InferenceService %s/%s: applied %s", meta["namespace"],
+        # Debug: the periodic pass re-applies unchanged objects (a no-op for the server).
+        log.debug("Reconciled InferenceService %s/%s: applied %s", meta["namespace"],
                  meta["name"], ", ".join(outcome.applied))
     return outcome
 
