@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from slo_operator.api.crd import all_crds, crd_yaml
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
+from slo_operator.engine.profiles import load_profiles
 from slo_operator.hardware import resolve_product
 from slo_operator.reconcile.plan import (
     NodeInfo,
@@ -91,9 +92,11 @@ def crds(out_dir: str | None) -> None:
               help="YAML of node label maps or Node objects to place the service on.")
 @click.option("--policy", "policy_file", type=click.Path(exists=True, dir_okay=False),
               help="SLOPolicy YAML (default: one in the same file, else defaults).")
+@click.option("--profiles-dir", type=click.Path(exists=True, file_okay=False),
+              help="More node profiles (slo-runtime profile output) beside the shipped ones.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml")
 def render(filename: str, gpu_product: str | None, node_labels: str | None,
-           policy_file: str | None, output: str) -> None:
+           policy_file: str | None, profiles_dir: str | None, output: str) -> None:
     """Print the objects the operator would create for an InferenceService."""
     if gpu_product and node_labels:
         raise click.UsageError("give --gpu-product or --node-labels, not both")
@@ -149,6 +152,7 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
         uid=meta.get("uid", "00000000-0000-0000-0000-000000000000"),
         spec=spec, policy=policy, policy_name=ref, pools=pools, nodes=nodes,
         replicas=max(lo, 1),
+        profiles=load_profiles() + (load_profiles(Path(profiles_dir)) if profiles_dir else ()),
     )
     if isinstance(result, Problem):
         raise InputError(f"{result.field}: {result.message} ({result.reason})")

@@ -6,12 +6,14 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
 
 from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.api.models import GROUP
+from slo_operator.engine.profiles import load_profiles
 from slo_operator.reconcile.service import Settings
 
 
@@ -45,9 +47,15 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.scanning.disabled = True
     settings.execution.max_workers = int(os.environ.get("SLO_WORKERS", "8"))
     api = load_api_client(os.environ.get("SLO_KUBECONFIG") or None)
+    extra = os.environ.get("SLO_PROFILES_DIR")
+    profiles = load_profiles() + (load_profiles(Path(extra)) if extra else ())
+    logging.getLogger(__name__).info(
+        "Loaded %d node profiles: %s", len(profiles), ", ".join(p.source for p in profiles)
+    )
     memo.slo = Context(
         kube=Kube(api),
         settings=Settings(
-            runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image)
+            runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image),
+            profiles=profiles,
         ),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slo_operator.api import conditions as C
 from slo_operator.api.models import (
@@ -24,6 +24,7 @@ from slo_operator.engine import (
     ModelFacts,
     plan_engine,
 )
+from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
 from slo_operator.hardware import HardwareResolution, classify_node, resolve_product
 from slo_operator.render.objects import RenderInput
 
@@ -168,6 +169,31 @@ def engine_prefs(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> EnginePre
     )
 
 
+def profile_prefs(
+    prefs: EnginePrefs,
+    product: str,
+    bf16: bool,
+    params_billion: float,
+    profiles: Sequence[NodeProfile],
+) -> tuple[EnginePrefs, str]:
+    """``precision: auto`` follows a measured profile of this GPU and model size.
+
+    FP8 weights are kept only where the profile found FP8 decode faster at every
+    measured batch; an explicit ``precision`` is the user's and is left alone.
+    """
+    matches = match_profiles(product, params_billion, profiles)
+    verdict = fp8_verdict(matches)
+    if verdict is None or prefs.precision != "auto":
+        return prefs, ""
+    names = ", ".join(p.source for p in matches)
+    if verdict:
+        return prefs, f"FP8 kept: node profile {names} measured FP8 decode faster at every batch"
+    return (
+        replace(prefs, precision="bf16" if bf16 else "fp16"),
+        f"FP8 weights off: node profile {names} found FP8 decode no faster on {product}",
+    )
+
+
 def batch_bounds(policy: SLOPolicySpec, current: int | None) -> BatchBounds:
     b = policy.batching
     return BatchBounds(min_seqs=b.min_batch, max_seqs=b.max_batch, initial=current)
@@ -221,6 +247,7 @@ def plan_service(
     replicas: int,
     batch_limit: int | None = None,
     runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+    profiles: Sequence[NodeProfile] = (),
 ) -> ServicePlan | Problem:
     """Choose a pool and engine settings; the first pool where the model fits wins.
 
@@ -230,11 +257,14 @@ def plan_service(
     candidates, problem = candidate_pools(spec, pools, nodes)
     if problem:
         return problem
-    plans: list[tuple[Pool, EnginePlan]] = []
+    plans: list[tuple[Pool, EnginePlan, str]] = []
     first_error: EngineError | None = None
     for pool in candidates:
         hw = pool.resolution.hardware
         assert hw is not None
+        prefs, profile_note = profile_prefs(
+            engine_prefs(spec, policy), hw.product, hw.bf16, spec.model.size_billions, profiles
+        )
         try:
             plans.append(
                 (
@@ -243,9 +273,10 @@ def plan_service(
                         hw,
                         pool.gpus_per_node,
                         model_facts(spec),
-                        engine_prefs(spec, policy),
+                        prefs,
                         batch_bounds(policy, batch_limit),
                     ),
+                    profile_note,
                 )
             )
         except EngineError as err:
@@ -258,7 +289,7 @@ def plan_service(
         return Problem(C.ENGINE_INFEASIBLE, first_error.field, first_error.message)
     if not spec.hardware.gpu_products:
         plans.sort(key=lambda pe: (pe[1].tensor_parallel_size, -pe[0].total_gpus))
-    pool, engine = plans[0]
+    pool, engine, profile_note = plans[0]
     hw = pool.resolution.hardware
     assert hw is not None
     gpus = engine.tensor_parallel_size
@@ -297,8 +328,10 @@ def plan_service(
         gpus_per_replica=gpus,
         fp8=engine.quantization is not None and "fp8" in engine.quantization,
     )
-    notes = tuple(n.message for n in engine.notes) + tuple(
-        f"{c.field}: {c.message}" for c in engine.conflicts
+    notes = (
+        ((profile_note,) if profile_note else ())
+        + tuple(n.message for n in engine.notes)
+        + tuple(f"{c.field}: {c.message}" for c in engine.conflicts)
     )
     return ServicePlan(pool, engine, render, status, notes)
 

@@ -27,6 +27,7 @@ from slo_operator.api.models import (
     SLOPolicySpec,
     dump,
 )
+from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
     NodeInfo,
@@ -58,6 +59,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Settings:
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    profiles: tuple[NodeProfile, ...] = ()
 
 
 def _policy_spec(
@@ -158,6 +160,7 @@ def reconcile_service_sync(
         replicas=replicas,
         batch_limit=old_status.batch_limit,
         runtime_image=settings.runtime_image,
+        profiles=settings.profiles,
     )
     if isinstance(result, Problem):
         hw_ok = result.reason == C.ENGINE_INFEASIBLE
