@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from slo_operator.hardware.catalogue import (
     RESOURCE_NAMES,
     CatalogueEntry,
+    Features,
     HardwareClass,
     Vendor,
     features_for_cc,
@@ -139,27 +140,20 @@ def _unknown_class(
     """A conservative class for a product missing from the catalogue."""
     if vendor == "nvidia":
         feats = features_for_cc(cc)
-        arch = feats.architecture
-        bf16, fp8, wo, kv, fmt = (
-            feats.bf16,
-            feats.fp8_compute,
-            feats.fp8_weight_only,
-            feats.fp8_kv_cache,
-            feats.fp8_format,
-        )
     elif vendor == "amd":
-        feats = features_for_gfx(gfx)
-        arch = feats.architecture
-        bf16, fp8, wo, kv, fmt = (
-            feats.bf16,
-            feats.fp8_compute,
-            False,
-            feats.fp8_kv_cache,
-            (feats.fp8_format),
-        )
+        # Weight-only FP8 goes through Marlin, which vLLM disables on ROCm.
+        feats = replace(features_for_gfx(gfx), fp8_weight_only=False)
     else:
         # Every Gaudi generation computes in BF16; FP8 is not assumed for an unknown one.
-        arch, bf16, fp8, wo, kv, fmt = "unknown", True, False, False, False, None
+        feats = Features("unknown", True, False, False, False, None)
+    arch, bf16, fp8, wo, kv, fmt = (
+        feats.architecture,
+        feats.bf16,
+        feats.fp8_compute,
+        feats.fp8_weight_only,
+        feats.fp8_kv_cache,
+        feats.fp8_format,
+    )
     return HardwareClass(
         vendor=vendor,
         product=product,
