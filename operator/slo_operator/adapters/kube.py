@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -193,11 +193,3 @@ class Kube:
             self.core.create_namespaced_event(meta["namespace"], body)  # type: ignore[arg-type]
         except ApiException as e:
             log.warning("Failed to post event %s on %s: %s", reason, meta["name"], e.reason)
-
-    def patch_pod_annotations(
-        self, namespace: str, names: Sequence[str], annotations: Mapping[str, str]
-    ) -> None:
-        for name in names:
-            self.core.patch_namespaced_pod(
-                name, namespace, {"metadata": {"annotations": dict(annotations)}}
-            )

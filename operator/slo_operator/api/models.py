@@ -438,41 +438,6 @@ class InferenceServiceStatus(_Status):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-# ---------------------------------------------------------------------------- objects
-
-
-class ObjectMeta(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-    name: str
-    namespace: str = "default"
-    uid: str | None = None
-    generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class InferenceService(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
-    api_version: Literal["inference.slo-operator.io/v1alpha1"] = Field(
-        default="inference.slo-operator.io/v1alpha1", alias="apiVersion"
-    )
-    kind: Literal["InferenceService"] = "InferenceService"
-    metadata: ObjectMeta
-    spec: InferenceServiceSpec
-    status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
-
-
-class SLOPolicy(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
-    api_version: Literal["inference.slo-operator.io/v1alpha1"] = Field(
-        default="inference.slo-operator.io/v1alpha1", alias="apiVersion"
-    )
-    kind: Literal["SLOPolicy"] = "SLOPolicy"
-    metadata: ObjectMeta
-    spec: SLOPolicySpec = Field(default_factory=SLOPolicySpec)
-    status: SLOPolicyStatus = Field(default_factory=SLOPolicyStatus)
-
-
 def dump(model: BaseModel) -> dict[str, Any]:
     """Wire form: camelCase keys, no nulls."""
     return model.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -7,6 +7,7 @@ field manager, so a field dropped here is dropped from the cluster on the next a
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,8 +133,6 @@ def _affinity(inp: RenderInput) -> dict[str, Any] | None:
 
 def engine_hash(inp: RenderInput) -> str:
     """Stable digest of what needs a restart to change, shown on the pod template."""
-    import hashlib
-
     payload = json.dumps(
         {"image": inp.engine_image, "args": list(inp.engine_args), "env": list(inp.engine_env)},
         sort_keys=True,
