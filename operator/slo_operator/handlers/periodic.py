@@ -25,9 +25,10 @@ INTERVAL = float(os.environ.get("SLO_RECONCILE_INTERVAL", "20"))
 
 async def _cycle(memo: kopf.Memo) -> None:
     ctx = context(memo)
-    for pol in await asyncio.to_thread(ctx.kube.list_custom, "SLOPolicy"):
-        await reconcile_policy(ctx.kube, pol, datetime.now(UTC))
+    # One LIST of services serves every policy's binding and every service's reconcile.
     services = await asyncio.to_thread(ctx.kube.list_custom, "InferenceService")
+    for pol in await asyncio.to_thread(ctx.kube.list_custom, "SLOPolicy"):
+        await reconcile_policy(ctx.kube, pol, datetime.now(UTC), services)
     nodes = await asyncio.to_thread(ctx.kube.list_nodes)
     for svc in services:
         await refresh(svc, memo, nodes)

@@ -10,7 +10,7 @@ import kopf
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.policy import reconcile_policy
+from slo_operator.reconcile.policy import bound_to, reconcile_policy
 
 RESOURCE = (GROUP, VERSION, "slopolicies")
 
@@ -19,20 +19,14 @@ RESOURCE = (GROUP, VERSION, "slopolicies")
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 async def on_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    ctx = context(memo)
-    bound = await reconcile_policy(ctx.kube, body, datetime.now(UTC))
-    namespace = body["metadata"]["namespace"]
-    for name in bound:
-        svc = ctx.kube.get_custom("InferenceService", namespace, name)
-        if svc is not None:
-            await refresh(svc, memo)
+    for svc in await reconcile_policy(context(memo).kube, body, datetime.now(UTC)):
+        await refresh(svc, memo)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
 async def on_policy_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Services bound to a deleted policy keep running and say that their policy is gone."""
-    ctx = context(memo)
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    for svc in ctx.kube.list_custom("InferenceService", namespace):
-        if ((svc.get("spec") or {}).get("sloPolicyRef") or {}).get("name") == name:
-            await refresh(svc, memo)
+    services = context(memo).kube.list_custom("InferenceService", namespace)
+    for svc in bound_to(namespace, name, services):
+        await refresh(svc, memo)

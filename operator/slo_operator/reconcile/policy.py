@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,18 +16,31 @@ from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import SLOPolicySpec, SLOPolicyStatus, dump
 
 
-def bound_services(policy_name: str, services: list[dict[str, Any]]) -> list[str]:
-    """Names of InferenceServices whose spec.sloPolicyRef.name is this policy (pure)."""
-    out = []
-    for svc in services:
-        ref = ((svc.get("spec") or {}).get("sloPolicyRef") or {}).get("name")
-        if ref == policy_name:
-            out.append(svc["metadata"]["name"])
-    return sorted(out)
+def bound_to(
+    namespace: str, policy_name: str, services: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """InferenceServices in ``namespace`` whose spec.sloPolicyRef.name is this policy,
+    sorted by name (pure)."""
+    out = [
+        svc
+        for svc in services
+        if svc["metadata"].get("namespace") == namespace
+        and ((svc.get("spec") or {}).get("sloPolicyRef") or {}).get("name") == policy_name
+    ]
+    return sorted(out, key=lambda svc: str(svc["metadata"]["name"]))
 
 
-def reconcile_policy_sync(kube: Kube, body: Mapping[str, Any], now: datetime) -> list[str]:
-    """Returns the bound services, so the caller can re-reconcile them."""
+def reconcile_policy_sync(
+    kube: Kube,
+    body: Mapping[str, Any],
+    now: datetime,
+    services: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Returns the bound services, so the caller can re-reconcile them.
+
+    ``services``: a listing the caller already holds (a periodic pass lists every
+    service once for all policies); without it the policy's namespace is listed.
+    """
     meta = body["metadata"]
     old = SLOPolicyStatus.model_validate(body.get("status") or {})
     new = old.model_copy(deep=True)
@@ -38,16 +51,23 @@ def reconcile_policy_sync(kube: Kube, body: Mapping[str, Any], now: datetime) ->
     except ValidationError as err:
         msg = summarize(field_problems(err))
         conds = [Cond(C.READY, False, C.INVALID_SPEC, msg)]
-    services = kube.list_custom("InferenceService", meta["namespace"])
-    new.bound_services = bound_services(meta["name"], services)
+    if services is None:
+        services = kube.list_custom("InferenceService", meta["namespace"])
+    bound = bound_to(meta["namespace"], meta["name"], services)
+    new.bound_services = [svc["metadata"]["name"] for svc in bound]
     new.bound_count = len(new.bound_services)
     new.conditions = merge_conditions(old.conditions, conds, now, meta.get("generation"))
     if dump(new) != dump(old):
         kube.patch_status("SLOPolicy", meta["namespace"], meta["name"], dump(new))
     for c in transitions(old.conditions, new.conditions):
         kube.event(body, "Warning" if c.status == "False" else "Normal", c.reason, c.message, now)
-    return new.bound_services
+    return bound
 
 
-async def reconcile_policy(kube: Kube, body: Mapping[str, Any], now: datetime) -> list[str]:
-    return await asyncio.to_thread(reconcile_policy_sync, kube, body, now)
+async def reconcile_policy(
+    kube: Kube,
+    body: Mapping[str, Any],
+    now: datetime,
+    services: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    return await asyncio.to_thread(reconcile_policy_sync, kube, body, now, services)
