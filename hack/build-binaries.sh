@@ -9,9 +9,9 @@
 # so a warm run takes seconds.
 #
 # Usage: hack/build-binaries.sh [--only NAME[,NAME...]] [--force] [--latest]
-#   NAME is one of: etcd kube kwok helm
+#   NAME is one of: etcd kube kwok helm prometheus
 #   Versions can be overridden: ETCD_VERSION, KUBE_VERSION, KUBE_FALLBACK_VERSION,
-#   KWOK_VERSION, HELM_VERSION. --latest asks the module proxy for the newest release of each
+#   KWOK_VERSION, HELM_VERSION, PROMETHEUS_VERSION. --latest asks the module proxy for the newest release of each
 #   pinned minor (Kubernetes 1.37, etcd 3.6) or major (kwok, helm) instead of the pins.
 set -euo pipefail
 
@@ -22,6 +22,8 @@ KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
 KUBE_FALLBACK_VERSION=${KUBE_FALLBACK_VERSION:-v1.36.3}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
+# Prometheus 3.x is published as module versions v0.3xx (v0.316.0 = 3.16.0).
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
 
 # The go command needs HOME for its caches; a bare CI environment may not set it.
 export HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
@@ -29,7 +31,7 @@ CACHE=${SLO_BIN_CACHE:-$HOME/.cache/slo-operator/bin}
 ENV_FILE="$CACHE/slo-bin.env"
 LOG_DIR="$CACHE/logs"
 
-ONLY="etcd,kube,kwok,helm"
+ONLY="etcd,kube,kwok,helm,prometheus"
 FORCE=0
 LATEST=0
 while [[ $# -gt 0 ]]; do
@@ -257,6 +259,40 @@ build_helm() {
   record helm "$HELM_VERSION" $(( $(now) - t0 )) built
 }
 
+# Prometheus 3.x and promtool from the module proxy (no web UI assets: tests use the HTTP API).
+# The release version string is stamped through github.com/prometheus/common/version. If the
+# build fails, Debian's prometheus package (2.42; /usr/bin/prometheus, /usr/bin/promtool) is used
+# when installed; tests/support/prometheus.py reads SLO_PROMETHEUS and says which is in use.
+build_prometheus() {
+  local out="$CACHE/prometheus-$PROMETHEUS_VERSION" t0; t0=$(now)
+  # v0.316.0 -> 3.16.0
+  local minor=${PROMETHEUS_VERSION#v0.3}; minor=${minor%%.*}; minor=$((10#$minor))
+  local patch=${PROMETHEUS_VERSION##*.}
+  local release="3.$minor.$patch"
+  ENV_OUT[SLO_PROMETHEUS]="$out/prometheus"
+  ENV_OUT[SLO_PROMTOOL]="$out/promtool"
+  ENV_OUT[SLO_PROMETHEUS_VERSION]="$release"
+  if is_built "$out/prometheus" "$release" --version && is_built "$out/promtool" "$release" --version; then
+    record prometheus "$release" $(( $(now) - t0 )) cached; return 0
+  fi
+  local dir="$CACHE/src/prometheus-$PROMETHEUS_VERSION" log="$LOG_DIR/prometheus-$PROMETHEUS_VERSION.log"
+  : >"$log"
+  echo ">> building prometheus and promtool $release (log: $log)"
+  make_wrapper "$dir" github.com/prometheus/prometheus "$PROMETHEUS_VERSION" "$PROMETHEUS_VERSION" \
+    >>"$log" 2>&1 || return 1
+  local m=github.com/prometheus/prometheus
+  # go get of the two cmd packages themselves, so go.sum covers everything they import.
+  build_in "$dir" "$log" go get "$m/cmd/prometheus@$PROMETHEUS_VERSION" \
+    "$m/cmd/promtool@$PROMETHEUS_VERSION" || return 1
+  local v=github.com/prometheus/common/version
+  mkdir -p "$out" || return 1
+  build_in "$dir" "$log" go build -trimpath -tags netgo \
+    -ldflags "-s -w -X $v.Version=$release -X $v.Revision=module-$PROMETHEUS_VERSION -X $v.Branch=HEAD" \
+    -o "$out/" "$m/cmd/prometheus" "$m/cmd/promtool" || return 1
+  is_built "$out/prometheus" "$release" --version || return 1
+  record prometheus "$release" $(( $(now) - t0 )) built
+}
+
 # failed NAME PREFIX: remember the failure and publish no path for that component.
 DROPPED=()
 failed() {
@@ -284,6 +320,7 @@ if want kube; then
 fi
 if want kwok; then build_kwok || failed kwok SLO_KWOK; fi
 if want helm; then build_helm || failed helm SLO_HELM; fi
+if want prometheus; then build_prometheus || failed prometheus SLO_PROM; fi
 
 # Keep entries for components not rebuilt in this run (e.g. with --only).
 if [[ -f "$ENV_FILE" ]]; then

@@ -78,6 +78,10 @@ class Binaries:
     kubectl: Path | None
     helm: Path | None
     kube_version: str | None
+    # Prometheus 3.x built by hack/build-binaries.sh; Debian's 2.42 package is the fallback.
+    prometheus: Path | None = None
+    promtool: Path | None = None
+    prometheus_version: str | None = None
 
     REQUIRED = ("etcd", "kube_apiserver", "kube_controller_manager", "kube_scheduler", "kwok")
 
@@ -112,6 +116,9 @@ class Binaries:
             kubectl=kubectl,
             helm=path("SLO_HELM"),
             kube_version=values.get("SLO_KUBE_VERSION"),
+            prometheus=path("SLO_PROMETHEUS") or _which("prometheus"),
+            promtool=path("SLO_PROMTOOL") or _which("promtool"),
+            prometheus_version=values.get("SLO_PROMETHEUS_VERSION"),
         )
 
     def missing(self) -> list[str]:
@@ -123,6 +130,11 @@ class Binaries:
         if self.kwok_stages is None or not self.kwok_stages.is_dir():
             out.append("kwok stages")
         return out
+
+
+def _which(name: str) -> Path | None:
+    found = shutil.which(name)
+    return Path(found) if found else None
 
 
 def free_port() -> int:
