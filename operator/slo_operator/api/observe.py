@@ -1,0 +1,91 @@
+"""What the SLO loop observes about one InferenceService, as plain immutable values.
+
+These types sit low (in ``api``) so that every layer can share them without cycles: the
+Prometheus and Kubernetes adapters produce them, ``slo`` evaluates them, ``control``
+decides from them, and the benchmark's simulator produces the very same types from
+simulated replicas, so ``decide`` is one piece of code everywhere.
+
+Times are seconds since the epoch (``float``), passed in; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class MetricsState(StrEnum):
+    """How trustworthy one service's signals are in this cycle (typed, never an exception)."""
+
+    OK = "OK"  # every required signal present and finite
+    NO_TRAFFIC = "NoTraffic"  # series exist but no request finished in the window
+    PARTIAL = "Partial"  # some signals present, some missing or NaN
+    EMPTY = "Empty"  # no series at all for this service (not scraped yet, or renamed)
+    STALE = "Stale"  # newest sample older than the staleness bound
+    UNAVAILABLE = "Unavailable"  # Prometheus could not be queried (down, timeout, bad reply)
+
+
+@dataclass(frozen=True)
+class ServiceKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Signals:
+    """One service's signals over the policy window (all its pods together).
+
+    ``None`` means "not observed" (missing, NaN or stale), never zero. Latencies are in
+    milliseconds at the policy's percentiles; rates per second.
+    """
+
+    state: MetricsState = MetricsState.EMPTY
+    message: str = ""
+    e2e_ms: float | None = None  # vllm:e2e_request_latency_seconds at e2ePercentile
+    ttft_ms: float | None = None  # vllm:time_to_first_token_seconds at ttftPercentile
+    itl_ms: float | None = None  # vllm:inter_token_latency_seconds at interTokenPercentile
+    jitter: float | None = None  # service instability (see slo/ for the definition)
+    request_rate: float | None = None  # finished requests per second
+    prompt_tokens_rate: float | None = None  # prompt tokens per second
+    generation_tokens_rate: float | None = None  # generated tokens per second
+    waiting: float | None = None  # requests waiting (sum over pods; engine + gateway queue)
+    running: float | None = None  # requests running (sum over pods)
+    kv_usage: float | None = None  # highest KV-cache use over pods, 0..1
+    preemptions_rate: float | None = None  # preemptions per second
+    sample_time: float | None = None  # newest sample's timestamp
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Replicas as the Kubernetes watch caches see them."""
+
+    desired: int = 0  # what the operator last set on the Deployment
+    ready: int = 0  # Ready pods, warm-up included
+    warming: int = 0  # Ready for less than the warm-up period (excluded from the model)
+    starting: int = 0  # scheduled, not Ready yet
+    pending: int = 0  # unschedulable (never counted as capacity)
+
+    @property
+    def serving(self) -> int:
+        """Replicas whose samples may refine the capacity model."""
+        return max(0, self.ready - self.warming)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything ``decide`` sees about one service in one cycle."""
+
+    key: ServiceKey
+    now: float
+    signals: Signals
+    replicas: ReplicaCounts
+    batch_limit: int  # live in-flight limit per replica now in force
+    max_batch: int  # ceiling pinned in --max-num-seqs (the limit never exceeds it)
+    hardware: str = ""  # hardware class key, e.g. "H100-SXM5-80GB" (capacity model lookup)
+    precision: str = "bf16"  # weights precision in use: bf16, fp16 or fp8
+    gpus_per_replica: int = 1
+    max_num_batched_tokens: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
