@@ -1,6 +1,6 @@
 """Fake GPU nodes for the local cluster, labelled as real GPU clusters label them.
 
-Label sets come from ``shared/fixtures/hardware/node-labels.yaml`` (copied from NVIDIA GPU
+Label sets come from ``tests/fixtures/hardware/node-labels.yaml`` (copied from NVIDIA GPU
 Feature Discovery / GPU Operator and AMD node-labeller outputs). Where the fixture has no node of
 a model (A100-80GB, L4), the NVIDIA key set of the fixture's H100 node is reused and the
 model-specific values are filled in by GFD's own rules (product = NVML name with spaces turned
@@ -10,7 +10,6 @@ into "-", family from compute capability), with NVML names and memory sizes take
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,23 +27,12 @@ KWOK_LABEL = ("type", "kwok")
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 
 
-def shared_dir() -> Path:
-    """The project's shared/ folder: $SLO_SHARED_DIR, ./shared, or ../shared beside the repo."""
-    env = os.environ.get("SLO_SHARED_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [REPO_ROOT / "shared", REPO_ROOT.parent / "shared"]
-    for c in candidates:
-        if (c / "fixtures" / "hardware" / "node-labels.yaml").is_file():
-            return c
-    raise FileNotFoundError(
-        "shared/fixtures/hardware/node-labels.yaml not found; set SLO_SHARED_DIR "
-        f"(looked in {', '.join(str(c) for c in candidates)})"
-    )
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
 @cache
 def _label_sets() -> tuple[dict[str, Any], ...]:
-    path = shared_dir() / "fixtures" / "hardware" / "node-labels.yaml"
+    path = FIXTURES / "hardware" / "node-labels.yaml"
     return tuple(yaml.safe_load(path.read_text()))
 
 

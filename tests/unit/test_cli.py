@@ -15,7 +15,7 @@ from slo_operator.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_8B = str(ROOT / "examples" / "llama-8b-h100.yaml")
 EXAMPLE_70B = str(ROOT / "examples" / "llama-70b-a100.yaml")
-SHARED = ROOT.parent / "shared"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def run(*args: str, input: str | None = None) -> Any:
@@ -64,7 +64,7 @@ def test_render_yaml_has_deployment_service_pdb() -> None:
 
 
 def test_render_from_real_node_labels(tmp_path: Path) -> None:
-    labels = yaml.safe_load((SHARED / "fixtures/hardware/node-labels.yaml").read_text())
+    labels = yaml.safe_load((FIXTURES / "hardware/node-labels.yaml").read_text())
     # Pick the first NVIDIA label set from the shared fixture that is an H100 without MIG.
     sets = labels if isinstance(labels, list) else list(labels.values())
     flat = []

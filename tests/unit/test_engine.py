@@ -23,8 +23,8 @@ from slo_operator.engine import (
 )
 from slo_operator.hardware import HardwareClass, classify_node, load_catalogue, resolve_product
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-SERVE_ARGS = SHARED / "fixtures" / "vllm" / "serve-args-vllm-0.32.0.json"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SERVE_ARGS = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
 
 
 def hw(name: str) -> HardwareClass:
@@ -727,7 +727,7 @@ def test_matrix_over_fixture_nodes_plans_every_resolved_pool(fixture_spec: VllmA
     """Pools from the real label sets that are big enough for a 1B model plan cleanly."""
     import yaml
 
-    sets = yaml.safe_load((SHARED / "fixtures" / "hardware" / "node-labels.yaml").read_text())
+    sets = yaml.safe_load((FIXTURES / "hardware" / "node-labels.yaml").read_text())
     planned = 0
     for entry in sets:
         res = classify_node(entry["labels"])

@@ -26,8 +26,7 @@ from slo_operator.hardware import (
     resolve_product,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-HW_FIXTURES = SHARED / "fixtures" / "hardware"
+HW_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hardware"
 
 
 def _node_label_sets() -> list[dict[str, Any]]:

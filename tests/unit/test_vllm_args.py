@@ -10,8 +10,8 @@ import pytest
 
 from slo_operator.engine import VllmArgSpec, validate, validate_extra_args
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-FIXTURE = SHARED / "fixtures" / "vllm" / "serve-args-vllm-0.32.0.json"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURE = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
 PACKAGED = (
     Path(__file__).resolve().parents[2]
     / "operator"

@@ -13,9 +13,9 @@ from slo_runtime.gateway import Gateway, GatewayConfig, start_site
 from slo_runtime.replica import Replica, StepModel
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED = REPO / ".." / "shared"
-FIXTURES_VLLM = SHARED / "fixtures" / "vllm"
-CALIBRATION = SHARED / "calibration"
+FIXTURES = REPO / "tests" / "fixtures"
+FIXTURES_VLLM = FIXTURES / "vllm"
+CALIBRATION = FIXTURES / "calibration"
 PROFILES = REPO / "profiles"
 
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import yaml
-from rt_support import SHARED
+from rt_support import FIXTURES
 
 from slo_runtime.probe import (
     NO_GPU,
@@ -21,7 +21,7 @@ from slo_runtime.probe import (
     product_matches,
 )
 
-HW = SHARED / "fixtures" / "hardware"
+HW = FIXTURES / "hardware"
 
 
 def test_gfd_label_rule_reproduces_the_derived_labels_of_real_nvml_names() -> None:
