@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from slo_runtime import contract as c
+
 
 def _logging(verbose: bool) -> None:
     logging.basicConfig(
@@ -26,12 +28,12 @@ def main(verbose: bool) -> None:
 
 
 @main.command()
-@click.option("--expected-product", envvar="SLO_EXPECTED_GPU_PRODUCT", default=None,
+@click.option("--expected-product", envvar=c.ENV_EXPECTED_GPU_PRODUCT, default=None,
               help="nvidia.com/gpu.product label value of the node.")
-@click.option("--expected-cc", envvar="SLO_EXPECTED_COMPUTE_CAPABILITY", default=None,
+@click.option("--expected-cc", envvar=c.ENV_EXPECTED_COMPUTE_CAPABILITY, default=None,
               help='Compute capability the node promised, e.g. "9.0".')
-@click.option("--expected-count", envvar="SLO_EXPECTED_GPU_COUNT", type=int, default=None)
-@click.option("--output", envvar="SLO_PROBE_FILE", type=click.Path(dir_okay=False),
+@click.option("--expected-count", envvar=c.ENV_EXPECTED_GPU_COUNT, type=int, default=None)
+@click.option("--output", envvar=c.ENV_PROBE_FILE, type=click.Path(dir_okay=False),
               default=None, help="Also write the result JSON here.")
 @click.option("--no-torch", is_flag=True, help="Do not ask PyTorch (nvidia-smi/rocm-smi only).")
 def probe(expected_product: str | None, expected_cc: str | None,
@@ -130,22 +132,22 @@ def _serve(app_factory, host: str, port: int) -> None:  # type: ignore[no-untype
 
 @main.command()
 @click.option("--host", default="0.0.0.0", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
-@click.option("--upstream", envvar="SLO_UPSTREAM", default="http://127.0.0.1:8001",
+@click.option("--port", type=int, default=c.GATEWAY_PORT, show_default=True)
+@click.option("--upstream", envvar=c.ENV_UPSTREAM, default=f"http://{c.VLLM_HOST}:{c.VLLM_PORT}",
               show_default=True, help="vLLM's address inside the pod.")
-@click.option("--limit-file", envvar="SLO_INFLIGHT_LIMIT_FILE", default=None,
+@click.option("--limit-file", envvar=c.ENV_INFLIGHT_LIMIT_FILE, default=None,
               help="Downward-API file holding the live in-flight limit.")
-@click.option("--default-limit", envvar="SLO_INFLIGHT_LIMIT", type=int, default=256,
+@click.option("--default-limit", envvar=c.ENV_INFLIGHT_LIMIT, type=int, default=256,
               show_default=True, help="Limit until the file holds a valid one.")
 @click.option("--poll-interval", type=float, default=0.5, show_default=True)
-@click.option("--tenants-file", envvar="SLO_TENANTS_FILE", default=None,
+@click.option("--tenants-file", envvar=c.ENV_TENANTS_FILE, default=None,
               help="YAML/JSON tenants file (weights, API keys, unknown-tenant policy).")
 @click.option("--tenant-header", default="X-Tenant", show_default=True)
 @click.option("--max-body-bytes", type=int, default=4 * 2**20, show_default=True)
 @click.option("--queue-timeout", type=float, default=300.0, show_default=True)
 @click.option("--max-queue", type=int, default=4096, show_default=True,
               help="Waiting requests per tenant before 429.")
-@click.option("--probe-file", envvar="SLO_PROBE_FILE", default=None)
+@click.option("--probe-file", envvar=c.ENV_PROBE_FILE, default=None)
 def gateway(host: str, port: int, upstream: str, limit_file: str | None, default_limit: int,
             poll_interval: float, tenants_file: str | None, tenant_header: str,
             max_body_bytes: int, queue_timeout: float, max_queue: int,
@@ -163,8 +165,8 @@ def gateway(host: str, port: int, upstream: str, limit_file: str | None, default
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8001, show_default=True)
+@click.option("--host", default=c.VLLM_HOST, show_default=True)
+@click.option("--port", type=int, default=c.VLLM_PORT, show_default=True)
 @click.option("--served-model-name", default="model", show_default=True)
 @click.option("--max-num-seqs", type=int, default=256, show_default=True)
 @click.option("--kv-capacity-tokens", type=int, default=1_000_000, show_default=True)

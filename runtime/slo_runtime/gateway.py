@@ -30,19 +30,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
+from slo_runtime import contract
+
 log = logging.getLogger("slo_runtime.gateway")
 
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
     "Trailer", "Trailers", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
-# The same boundaries as vLLM's histograms, so the gateway's view and the engine's can be
-# compared bucket by bucket (and the extra queueing in front of vLLM read off).
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
-
-
 # --- configuration -----------------------------------------------------------------------
 class TenantSpec(BaseModel):
     weight: float = Field(1.0, gt=0)
@@ -67,7 +61,7 @@ class TenantsConfig(BaseModel):
 
 @dataclass
 class GatewayConfig:
-    upstream: str = "http://127.0.0.1:8001"
+    upstream: str = f"http://{contract.VLLM_HOST}:{contract.VLLM_PORT}"
     default_limit: int = 256
     limit_file: str | None = None
     poll_interval_s: float = 0.5
@@ -249,15 +243,18 @@ class GatewayMetrics:
                                   ["tenant", "reason"], registry=reg)
         self.cancelled = Counter("slo_gateway_cancelled", "Requests whose client went away.",
                                  ["tenant"], registry=reg)
+        # vLLM's own boundaries, so the gateway's view and the engine's compare bucket by
+        # bucket (and the queueing in front of vLLM reads off).
         self.ttft = Histogram("slo_gateway_time_to_first_token_seconds",
                               "Arrival at the gateway to first response byte (streaming).",
-                              ["tenant"], buckets=TTFT_BUCKETS, registry=reg)
+                              ["tenant"], buckets=contract.TTFT_BUCKETS, registry=reg)
         self.e2e = Histogram("slo_gateway_e2e_request_latency_seconds",
                              "Arrival at the gateway to last response byte.",
-                             ["tenant"], buckets=E2E_BUCKETS, registry=reg)
+                             ["tenant"], buckets=contract.REQUEST_LATENCY_BUCKETS,
+                             registry=reg)
         self.queue_wait = Histogram("slo_gateway_queue_wait_seconds",
                                     "Time waiting for an in-flight slot.", ["tenant"],
-                                    buckets=TTFT_BUCKETS, registry=reg)
+                                    buckets=contract.TTFT_BUCKETS, registry=reg)
         reg.register(_AdmissionCollector(admission))
         self._children: dict[tuple[str, ...], Any] = {}
 
@@ -291,8 +288,8 @@ class Gateway:
         if cfg.probe_file and Path(cfg.probe_file).exists():
             self.extra_metrics = _probe_metrics(cfg.probe_file)
         app = web.Application(client_max_size=cfg.max_body_bytes)
-        app.router.add_get("/metrics", self.metrics_handler)
-        app.router.add_get("/engine/metrics", self.engine_metrics)
+        app.router.add_get(contract.GATEWAY_METRICS_PATH, self.metrics_handler)
+        app.router.add_get(contract.ENGINE_METRICS_PATH, self.engine_metrics)
         app.router.add_route("*", "/{tail:.*}", self.proxy)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)

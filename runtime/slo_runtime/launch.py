@@ -22,45 +22,15 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
+from slo_runtime import contract as c
+from slo_runtime.contract import VllmArgSpec, load_vllm_spec
 from slo_runtime.probe import GpuInfo, ProbeResult, compare, probe
 
 log = logging.getLogger("slo_runtime.launch")
 
-SPEC_FILE = "vllm-serve-flags-0.32.0.json"
-FP8_QUANTIZATIONS = frozenset({"fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
-                               "fbgemm_fp8", "modelopt", "modelopt_mxfp8", "mxfp8"})
 DEFAULT_ENTRYPOINT = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """vLLM's own argument table (flag -> dest, nargs, takes_value, choices)."""
-
-    flags: dict[str, dict[str, Any]]
-    quantization_methods: frozenset[str]
-    version: str = ""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ServeSpec:
-        return cls(d["flags"], frozenset(d["quantization_methods"]),
-                   d.get("vllm_distribution", ""))
-
-    @classmethod
-    def builtin(cls) -> ServeSpec:
-        text = (resources.files("slo_runtime") / "data" / SPEC_FILE).read_text()
-        return cls.from_dict(json.loads(text))
-
-    def canonical(self, flag: str) -> str | None:
-        ent = self.flags.get(flag)
-        if ent is None:
-            return None
-        # The first long spelling of the same dest, so "-tp" and "--tensor-parallel-size"
-        # are one setting.
-        return next(f for f, e in self.flags.items() if e["dest"] == ent["dest"]
-                    and f.startswith("--"))
 
 
 @dataclass
@@ -86,7 +56,7 @@ class LaunchPlan:
     changes: list[Change] = field(default_factory=list)
 
 
-def parse_engine_args(tokens: list[str], spec: ServeSpec) -> tuple[list[Arg], list[Change]]:
+def parse_engine_args(tokens: list[str], spec: VllmArgSpec) -> tuple[list[Arg], list[Change]]:
     """Tokens -> known flags with their values; unknown flags and bad choices dropped."""
     args: list[Arg] = []
     changes: list[Change] = []
@@ -109,32 +79,33 @@ def parse_engine_args(tokens: list[str], spec: ServeSpec) -> tuple[list[Arg], li
                 dropped.append(tokens[i])
                 i += 1
             changes.append(Change(flag, " ".join(dropped), None,
-                                  f"not an option of vLLM {spec.version}; dropped so the "
+                                  f"not an option of {spec.distribution}; dropped so the "
                                   "engine starts"))
             continue
-        ent = spec.flags[flag]
+        ent = spec.action(flag)
+        assert ent is not None   # canonical() found it
         values: list[str] = []
         if eq:
             values = [inline]
-        elif ent["nargs"] in ("+", "*"):
+        elif ent.nargs in ("+", "*"):
             while i < len(tokens) and not tokens[i].startswith("-"):
                 values.append(tokens[i])
                 i += 1
-        elif ent["nargs"] == "?":
+        elif ent.nargs == "?":
             if i < len(tokens) and not tokens[i].startswith("-"):
                 values.append(tokens[i])
                 i += 1
-        elif ent["takes_value"]:
+        elif ent.takes_value:
             if i < len(tokens):
                 values.append(tokens[i])
                 i += 1
             else:
                 changes.append(Change(canon, None, None, "option without a value dropped"))
                 continue
-        choices = ent.get("choices")
+        choices = ent.choices
         if choices and values and any(v not in choices for v in values):
             changes.append(Change(canon, " ".join(values), None,
-                                  f"not one of vLLM's choices {choices}; dropped"))
+                                  f"not one of vLLM's choices {list(choices)}; dropped"))
             continue
         args = [a for a in args if a.flag != canon]   # last occurrence wins, like argparse
         args.append(Arg(canon, values))
@@ -153,9 +124,9 @@ def _set(args: list[Arg], flag: str, value: str | None) -> None:
     args[:] = rest + ([Arg(flag, [value])] if value is not None else [])
 
 
-def plan_launch(engine_args: list[str], gpu: GpuInfo, spec: ServeSpec, *,
+def plan_launch(engine_args: list[str], gpu: GpuInfo, spec: VllmArgSpec, *,
                 profile: dict[str, Any] | None = None, fp8_policy: str = "auto",
-                host: str = "127.0.0.1", port: int = 8001,
+                host: str = c.VLLM_HOST, port: int = c.VLLM_PORT,
                 entrypoint: list[str] | None = None) -> LaunchPlan:
     """Decide the final vLLM command line. Pure: every input is an argument."""
     args, changes = parse_engine_args(engine_args, spec)
@@ -166,9 +137,9 @@ def plan_launch(engine_args: list[str], gpu: GpuInfo, spec: ServeSpec, *,
 
     quant = _get(args, "--quantization")
     if quant is not None and quant not in spec.quantization_methods:
-        change("--quantization", None, f"unknown quantization method for vLLM {spec.version}")
+        change("--quantization", None, f"unknown quantization method for {spec.distribution}")
         quant = None
-    if quant in FP8_QUANTIZATIONS:
+    if quant in c.FP8_QUANT_METHODS:
         if not gpu.fp8_native:
             change("--quantization", None,
                    f"{gpu.product or 'no GPU'} (compute capability "
@@ -179,7 +150,7 @@ def plan_launch(engine_args: list[str], gpu: GpuInfo, spec: ServeSpec, *,
             change("--quantization", None,
                    "this node's profile does not show FP8 faster than BF16")
     kv = _get(args, "--kv-cache-dtype")
-    if kv is not None and kv.startswith("fp8") and not gpu.fp8_native:
+    if kv is not None and kv in c.FP8_KV_CACHE_DTYPES and not gpu.fp8_native:
         change("--kv-cache-dtype", "auto",
                f"FP8 KV cache is unreliable without native FP8 on {gpu.product or 'no GPU'}")
     dtype = _get(args, "--dtype")
@@ -211,32 +182,32 @@ def plan_launch(engine_args: list[str], gpu: GpuInfo, spec: ServeSpec, *,
 
 
 def read_env(env: dict[str, str]) -> dict[str, Any]:
-    raw = env.get("SLO_ENGINE_ARGS", "[]")
+    raw = env.get(c.ENV_ENGINE_ARGS, "[]")
     try:
         engine_args = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ValueError(f"SLO_ENGINE_ARGS is not JSON: {e}") from e
+        raise ValueError(f"{c.ENV_ENGINE_ARGS} is not JSON: {e}") from e
     if not isinstance(engine_args, list) or not all(isinstance(x, str) for x in engine_args):
-        raise ValueError("SLO_ENGINE_ARGS must be a JSON list of strings")
-    count = env.get("SLO_EXPECTED_GPU_COUNT")
+        raise ValueError(f"{c.ENV_ENGINE_ARGS} must be a JSON list of strings")
+    count = env.get(c.ENV_EXPECTED_GPU_COUNT)
     return {
         "engine_args": engine_args,
-        "expected_product": env.get("SLO_EXPECTED_GPU_PRODUCT") or None,
-        "expected_cc": env.get("SLO_EXPECTED_COMPUTE_CAPABILITY") or None,
+        "expected_product": env.get(c.ENV_EXPECTED_GPU_PRODUCT) or None,
+        "expected_cc": env.get(c.ENV_EXPECTED_COMPUTE_CAPABILITY) or None,
         "expected_count": int(count) if count else None,
-        "profile_file": env.get("SLO_PROFILE_FILE") or None,
-        "probe_file": env.get("SLO_PROBE_FILE") or None,
-        "fp8_policy": env.get("SLO_FP8_POLICY", "auto"),
-        "host": env.get("SLO_VLLM_HOST", "127.0.0.1"),
-        "port": int(env.get("SLO_VLLM_PORT", "8001")),
-        "entrypoint": json.loads(env["SLO_VLLM_ENTRYPOINT"])
-        if env.get("SLO_VLLM_ENTRYPOINT") else None,
+        "profile_file": env.get(c.ENV_PROFILE_FILE) or None,
+        "probe_file": env.get(c.ENV_PROBE_FILE) or None,
+        "fp8_policy": env.get(c.ENV_FP8_POLICY, "auto"),
+        "host": env.get(c.ENV_VLLM_HOST, c.VLLM_HOST),
+        "port": int(env.get(c.ENV_VLLM_PORT, str(c.VLLM_PORT))),
+        "entrypoint": json.loads(env[c.ENV_VLLM_ENTRYPOINT])
+        if env.get(c.ENV_VLLM_ENTRYPOINT) else None,
     }
 
 
 def run_launch(env: dict[str, str], *, gpu: GpuInfo | None = None,
                exec_fn: Callable[[str, list[str]], Any] | None = None,
-               spec: ServeSpec | None = None) -> LaunchPlan:
+               spec: VllmArgSpec | None = None) -> LaunchPlan:
     """Probe, plan, report, exec. ``exec_fn`` (default ``os.execvp``) replaces the
     process in production."""
     exec_fn = exec_fn or os.execvp
@@ -257,11 +228,11 @@ def run_launch(env: dict[str, str], *, gpu: GpuInfo | None = None,
                 profile = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             log.warning("Ignored profile %s: %s", cfg["profile_file"], e)
-    plan = plan_launch(cfg["engine_args"], gpu, spec or ServeSpec.builtin(), profile=profile,
+    plan = plan_launch(cfg["engine_args"], gpu, spec or load_vllm_spec(), profile=profile,
                        fp8_policy=cfg["fp8_policy"], host=cfg["host"], port=cfg["port"],
                        entrypoint=cfg["entrypoint"])
-    for c in plan.changes:
-        log.warning("Changed engine setting %s", c)
+    for ch in plan.changes:
+        log.warning("Changed engine setting %s", ch)
     log.info("Starting vLLM: %s", json.dumps(plan.argv))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -39,6 +39,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from slo_runtime import contract
+
 log = logging.getLogger("slo_runtime.replica")
 
 
@@ -73,15 +75,12 @@ class StepModel:
 
 
 # --- vLLM 0.32.0 metric families --------------------------------------------------------
-TOKENS_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500]
-ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
-               5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
-REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-                           40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
-FINISHED_REASONS = ["stop", "length", "abort", "error", "repetition"]
+TOKENS_BUCKETS = list(contract.TOKENS_BUCKETS)
+ITERATION_BUCKETS = list(contract.ITERATION_TOKENS_BUCKETS)
+TTFT_BUCKETS = list(contract.TTFT_BUCKETS)
+ITL_BUCKETS = list(contract.INTER_TOKEN_BUCKETS)
+REQUEST_LATENCY_BUCKETS = list(contract.REQUEST_LATENCY_BUCKETS)
+FINISHED_REASONS = list(contract.FINISHED_REASONS)
 CACHE_CONFIG_LABELS = [
     "_block_size_resolved", "block_size", "cache_dtype", "cache_hit_alignment_tokens",
     "effective_attention_block_size", "enable_mamba_shared_prefix_checkpoint",

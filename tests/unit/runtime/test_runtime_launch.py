@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import pytest
 from rt_support import FIXTURES_VLLM
 
-from slo_runtime.launch import ServeSpec, parse_engine_args, plan_launch, run_launch
+from slo_runtime.contract import VllmArgSpec, load_vllm_spec
+from slo_runtime.launch import parse_engine_args, plan_launch, run_launch
 from slo_runtime.probe import NO_GPU, GpuInfo
 
 H200 = GpuInfo("nvidia", "NVIDIA H200", "9.0", 143771, 1, "test")
@@ -25,8 +26,8 @@ BASE = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "l
 
 
 @pytest.fixture(scope="module")
-def spec() -> ServeSpec:
-    return ServeSpec.builtin()
+def spec() -> VllmArgSpec:
+    return load_vllm_spec()
 
 
 def fixture_spec() -> dict:
@@ -59,15 +60,16 @@ def assert_valid_for_vllm(argv: list[str]) -> None:
 
 def test_builtin_spec_is_vllm_0_32_0_argument_table() -> None:
     fx = fixture_spec()
-    spec = ServeSpec.builtin()
-    assert spec.quantization_methods == frozenset(fx["quantization_methods"])
+    spec = load_vllm_spec()
+    assert spec.quantization_methods == tuple(fx["quantization_methods"])
     for act in fx["actions"]:
         for f in act["flags"]:
-            if act["dest"] == "help":
-                continue
-            ent = spec.flags[f]
-            assert (ent["dest"], ent["nargs"], ent["takes_value"], ent.get("choices")) == \
-                (act["dest"], act["nargs"], act["takes_value"], act["choices"]), f
+            ent = spec.action(f)
+            assert ent is not None, f
+            want_choices = None if act["choices"] is None else \
+                tuple(str(x) for x in act["choices"] if x is not None)
+            assert (ent.dest, ent.nargs, ent.takes_value, ent.choices) == \
+                (act["dest"], act["nargs"], act["takes_value"], want_choices), f
 
 
 @dataclass
@@ -139,7 +141,7 @@ def _value(argv: list[str], flag: str) -> str | None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_plan_launch(case: Case, spec: ServeSpec) -> None:
+def test_plan_launch(case: Case, spec: VllmArgSpec) -> None:
     plan = plan_launch(case.args, case.gpu, spec, profile=case.profile,
                        fp8_policy=case.policy)
     for flag, want in case.want_present.items():
@@ -154,7 +156,7 @@ def test_plan_launch(case: Case, spec: ServeSpec) -> None:
     assert _value(plan.argv, "--port") == "8001"
 
 
-def test_served_model_name_keeps_all_its_values(spec: ServeSpec) -> None:
+def test_served_model_name_keeps_all_its_values(spec: VllmArgSpec) -> None:
     args, changes = parse_engine_args(["--served-model-name", "a", "b", "--max-num-seqs", "8"],
                                       spec)
     assert [(a.flag, a.values) for a in args] == [("--served-model-name", ["a", "b"]),

@@ -1,0 +1,446 @@
+"""The operator <-> runtime contract: one home for every name both sides must agree on.
+
+Standard library only, so the in-pod runtime (copied into the vLLM image by the init
+container) and the operator import the same module. It holds:
+
+- ports of the pod (gateway in front, vLLM on loopback behind it), the gateway's paths;
+- environment variables the pod template sets and the runtime reads;
+- label keys and annotation names on the pods, the downward-API limit file;
+- the vLLM 0.32.0 metric names the SLO loop reads, the older names as a fallback, and
+  every histogram's bucket boundaries (checked against ``tests/fixtures/vllm``);
+- the FP8 ``--quantization`` methods and KV-cache dtypes;
+- vLLM's ``vllm serve`` flag table (``data/serve-args-vllm-0.32.0.json``, a dump of
+  vLLM 0.32.0's own argparse parser) and a parser that splits argument lists the way
+  argparse does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+GROUP = "inference.slo-operator.io"
+
+# --- ports and paths of a pod -----------------------------------------------------------
+# The gateway is what clients, probes and Prometheus reach; vLLM listens behind it on
+# 127.0.0.1 only. The gateway serves its own metrics on /metrics and forwards vLLM's on
+# /engine/metrics.
+GATEWAY_PORT = 8000
+VLLM_PORT = 8001
+VLLM_HOST = "127.0.0.1"
+HEALTH_PATH = "/health"
+GATEWAY_METRICS_PATH = "/metrics"
+ENGINE_METRICS_PATH = "/engine/metrics"
+
+RUNTIME_MOUNT = "/opt/slo-runtime"
+RUN_DIR = "/var/run/slo-runtime"
+PROBE_FILE = f"{RUN_DIR}/probe.json"
+# The live in-flight limit: a downward-API volume projects the pod annotation
+# ANNOTATION_INFLIGHT_LIMIT into LIMIT_FILE; the gateway polls its content.
+LIMIT_DIR = "/etc/slo-runtime"
+LIMIT_FILE_NAME = "inflight-limit"
+LIMIT_FILE = f"{LIMIT_DIR}/{LIMIT_FILE_NAME}"
+LIMIT_VOLUME = "inflight-limit"
+
+# --- labels and annotations -------------------------------------------------------------
+LABEL_SERVICE = f"{GROUP}/service"
+LABEL_TENANT = f"{GROUP}/tenant"
+LABEL_POLICY = f"{GROUP}/policy"
+LABEL_GPU = f"{GROUP}/gpu-product"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "slo-operator"
+ANNOTATION_INFLIGHT_LIMIT = f"{GROUP}/inflight-limit"
+ANNOTATION_ENGINE_HASH = f"{GROUP}/engine-hash"
+
+# --- environment variables (set by the pod template, read by the runtime) ----------------
+ENV_ENGINE_ARGS = "SLO_ENGINE_ARGS"                  # JSON list of `vllm serve` arguments
+ENV_VLLM_HOST = "SLO_VLLM_HOST"
+ENV_VLLM_PORT = "SLO_VLLM_PORT"
+ENV_VLLM_ENTRYPOINT = "SLO_VLLM_ENTRYPOINT"          # JSON argv prefix (tests)
+ENV_EXPECTED_GPU_PRODUCT = "SLO_EXPECTED_GPU_PRODUCT"
+ENV_EXPECTED_COMPUTE_CAPABILITY = "SLO_EXPECTED_COMPUTE_CAPABILITY"
+ENV_EXPECTED_GPU_COUNT = "SLO_EXPECTED_GPU_COUNT"
+ENV_FP8_POLICY = "SLO_FP8_POLICY"                    # auto | force
+ENV_PROBE_FILE = "SLO_PROBE_FILE"
+ENV_PROFILE_FILE = "SLO_PROFILE_FILE"
+ENV_INFLIGHT_LIMIT_FILE = "SLO_INFLIGHT_LIMIT_FILE"
+ENV_INFLIGHT_LIMIT = "SLO_INFLIGHT_LIMIT"            # limit until the file holds one
+ENV_UPSTREAM = "SLO_UPSTREAM"
+ENV_TENANTS_FILE = "SLO_TENANTS_FILE"
+
+# --- vLLM 0.32.0 metrics ------------------------------------------------------------------
+# Family names as vLLM declares them; counters are exposed with a "_total" suffix and
+# histograms as _bucket/_sum/_count (see COUNTER_SUFFIX). Labels on every engine family:
+# METRIC_LABELS.
+METRIC_LABELS = ("engine", "model_name")
+COUNTER_SUFFIX = "_total"
+E2E_LATENCY = "vllm:e2e_request_latency_seconds"
+TTFT = "vllm:time_to_first_token_seconds"
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+PREFILL_TIME = "vllm:request_prefill_time_seconds"
+DECODE_TIME = "vllm:request_decode_time_seconds"
+NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"          # a 0..1 fraction despite the name
+NUM_PREEMPTIONS = "vllm:num_preemptions"             # counter
+GENERATION_TOKENS = "vllm:generation_tokens"         # counter
+PROMPT_TOKENS = "vllm:prompt_tokens"                 # counter
+REQUEST_SUCCESS = "vllm:request_success"             # counter, label finished_reason
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+# Names of older vLLM releases for the same signal (a documented fallback: autoscalers
+# elsewhere broke on these renames).
+LEGACY_METRIC_NAMES = {
+    KV_CACHE_USAGE: "vllm:gpu_cache_usage_perc",
+    TIME_PER_OUTPUT_TOKEN: "vllm:time_per_output_token_seconds",
+}
+
+# Histogram bucket boundaries of vLLM 0.32.0 (without +Inf).
+TOKENS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
+ITERATION_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+                            4096.0, 8192.0, 16384.0)
+PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
+PREEMPTIONS_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                       2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                           40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# Family -> bucket boundaries, for every histogram vLLM 0.32.0 exposes.
+HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
+    "vllm:request_prompt_tokens": TOKENS_BUCKETS,
+    "vllm:request_generation_tokens": TOKENS_BUCKETS,
+    "vllm:iteration_tokens_total": ITERATION_TOKENS_BUCKETS,
+    "vllm:request_max_num_generation_tokens": TOKENS_BUCKETS,
+    "vllm:request_params_n": PARAMS_N_BUCKETS,
+    "vllm:request_params_max_tokens": TOKENS_BUCKETS,
+    TTFT: TTFT_BUCKETS,
+    INTER_TOKEN_LATENCY: INTER_TOKEN_BUCKETS,
+    TIME_PER_OUTPUT_TOKEN: INTER_TOKEN_BUCKETS,
+    E2E_LATENCY: REQUEST_LATENCY_BUCKETS,
+    QUEUE_TIME: REQUEST_LATENCY_BUCKETS,
+    "vllm:request_inference_time_seconds": REQUEST_LATENCY_BUCKETS,
+    PREFILL_TIME: REQUEST_LATENCY_BUCKETS,
+    DECODE_TIME: REQUEST_LATENCY_BUCKETS,
+    "vllm:request_num_preemptions": PREEMPTIONS_BUCKETS,
+    "vllm:request_prefill_kv_computed_tokens": TOKENS_BUCKETS,
+}
+
+# --- precision ----------------------------------------------------------------------------
+# `--quantization` methods of vLLM 0.32.0 whose weights are FP8 (every FP8 name in the
+# capture's quantization_methods; "modelopt" is NVIDIA ModelOpt's FP8 checkpoint format,
+# its FP4 and mixed variants are separate names). They need FP8 kernels: native on compute
+# capability >= 8.9, weight-only (Marlin) from 8.0.
+FP8_QUANT_METHODS = frozenset({
+    "fp8", "fbgemm_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
+    "modelopt", "modelopt_mxfp8", "mxfp8", "deepseek_v4_fp8",
+})
+# `--kv-cache-dtype` choices that store the KV cache in 8 bits (half of BF16's memory).
+FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                                 "fp8_per_token_head"})
+
+# --- the `vllm serve` flag table -----------------------------------------------------------
+VLLM_VERSION = "0.32.0"
+SERVE_ARGS_FILE = f"serve-args-vllm-{VLLM_VERSION}.json"
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# vLLM's human_readable_int (vllm/utils/argparse_utils.py): plain integers, or a number
+# with a decimal (k, m, g, t; also M, G, T in later versions) or binary (K, M, G, T;
+# Ki, Mi, Gi, Ti in later versions) suffix. Both spellings are accepted here.
+# Decimals only with a decimal suffix; "8.5K" is rejected by both spellings.
+_HUMAN_INT = re.compile(r"^\d+(?:\.\d+)?[kmgtMGT]?$|^\d+(?:[KMGT]|Ki|Mi|Gi|Ti)$")
+# argparse types whose value must be JSON (vllm/engine/arg_utils.py: parse_dataclass
+# and _parse_type wrap json.loads; "loads" is json.loads itself).
+_JSON_TYPES = frozenset({"loads", "parse_dataclass", "_parse_type"})
+# Options whose value is a config object, so dotted keys may address one field.
+_CONFIG_TYPES = frozenset({"parse_dataclass", "_parse_type", "union_dict_and_str"})
+
+
+@dataclass(frozen=True)
+class ArgAction:
+    flags: tuple[str, ...]
+    dest: str
+    type: str | None
+    nargs: int | str | None
+    choices: tuple[str, ...] | None
+    takes_value: bool
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in an argument list. ``index`` is the offending token's position;
+    ``path`` is set for user input (``spec.engine.extraArgs[i]``)."""
+
+    index: int
+    flag: str
+    message: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ParsedOption:
+    """One option occurrence: tokens ``args[start:end]``."""
+
+    action: ArgAction
+    flag: str
+    values: tuple[str, ...]
+    start: int
+    end: int
+    # "--compilation-config.mode=3" sets one key of a JSON config option.
+    nested_key: str | None = None
+
+
+def is_option(token: str) -> bool:
+    # argparse treats "-1" as a value when the parser has no option that looks like a
+    # negative number, which holds for vllm serve.
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token)
+
+
+def normalize_flag(flag: str) -> str:
+    """vLLM's FlexibleArgumentParser accepts underscores in long options
+    (vllm/utils/argparse_utils.py: ``--max_num_seqs`` becomes ``--max-num-seqs``)."""
+    if flag.startswith("--"):
+        return "--" + flag[2:].replace("_", "-")
+    return flag
+
+
+class VllmArgSpec:
+    """The captured parser of one vLLM version."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.distribution: str = str(data.get("vllm_distribution", "unknown"))
+        self.quantization_methods: tuple[str, ...] = tuple(data["quantization_methods"])
+        actions: list[ArgAction] = []
+        for raw in data["actions"]:
+            choices = raw.get("choices")
+            actions.append(
+                ArgAction(
+                    flags=tuple(raw["flags"]),
+                    dest=str(raw["dest"]),
+                    type=raw.get("type"),
+                    nargs=raw.get("nargs"),
+                    choices=(
+                        tuple(str(c) for c in choices if c is not None)
+                        if choices is not None
+                        else None
+                    ),
+                    takes_value=bool(raw.get("takes_value")),
+                )
+            )
+        self.actions: tuple[ArgAction, ...] = tuple(actions)
+        self._by_flag: dict[str, ArgAction] = {f: a for a in actions for f in a.flags}
+        self._by_dest: dict[str, ArgAction] = {a.dest: a for a in actions}
+
+    @classmethod
+    def load(cls) -> VllmArgSpec:
+        """The spec shipped as package data."""
+        return load_vllm_spec()
+
+    def canonical(self, flag: str) -> str | None:
+        """The first long spelling of ``flag``'s option, so "-tp" and
+        "--tensor-parallel-size" are one setting; None for an unknown flag."""
+        action = self.action(flag)
+        if action is None:
+            return None
+        return next((f for f in action.flags if f.startswith("--")), action.flags[0])
+
+    def action(self, flag: str) -> ArgAction | None:
+        return self._by_flag.get(normalize_flag(flag))
+
+    def by_dest(self, dest: str) -> ArgAction | None:
+        return self._by_dest.get(dest)
+
+    # ------------------------------------------------------------------ parsing
+
+    def parse(self, args: Sequence[str]) -> tuple[list[ParsedOption], list[Problem]]:
+        """Split an argument list into options, the way argparse would."""
+        options: list[ParsedOption] = []
+        problems: list[Problem] = []
+        n = len(args)
+        i = 0
+        while i < n:
+            tok = args[i]
+            if not is_option(tok):
+                problems.append(
+                    Problem(i, "", f"value {tok!r} does not follow an option that takes one")
+                )
+                i += 1
+                continue
+            inline: str | None = None
+            flag = tok
+            # argparse splits "--flag=value" and "-f=value" alike (_parse_optional).
+            if "=" in tok:
+                flag, inline = tok.split("=", 1)
+            special = self._parse_special(args, i, flag, inline)
+            if special is not None:
+                opt, problem, i = special
+                if opt is not None:
+                    options.append(opt)
+                if problem is not None:
+                    problems.append(problem)
+                continue
+            flag = normalize_flag(flag)
+            action = self._by_flag.get(flag)
+            if action is None:
+                problems.append(Problem(i, flag, f"{flag} is not an option of vllm serve"))
+                i += 1
+                # Skip its values so they are not reported again as stray values.
+                while i < n and not is_option(args[i]):
+                    i += 1
+                continue
+            values, j, msg = self._take_values(action, args, i, inline)
+            if msg is not None:
+                problems.append(Problem(i, flag, msg))
+            options.append(ParsedOption(action, flag, tuple(values), i, j))
+            i = j
+        return options, problems
+
+    def _parse_special(
+        self, args: Sequence[str], i: int, flag: str, inline: str | None
+    ) -> tuple[ParsedOption | None, Problem | None, int] | None:
+        """Forms vLLM's FlexibleArgumentParser rewrites before argparse sees them
+        (vllm/utils/argparse_utils.py parse_args): ``-O3``, ``-O=3``, ``-O 3`` for
+        ``--optimization-level``, and dotted keys such as ``--compilation-config.mode=3``
+        or ``-cc.mode 3`` that set one key of a JSON config option."""
+        n = len(args)
+        level = self._by_dest.get("optimization_level")
+        if level is not None and flag.startswith("-O") and "." not in flag:
+            if flag == "-O" and inline is None:
+                if i + 1 < n and args[i + 1] in {"0", "1", "2", "3"}:
+                    return ParsedOption(level, "-O", (args[i + 1],), i, i + 2), None, i + 2
+                return None, Problem(i, "-O", "-O expects an optimization level 0-3"), i + 1
+            value = inline if flag == "-O" and inline is not None else flag[2:]
+            return ParsedOption(level, "-O", (value,), i, i + 1), None, i + 1
+        if "." not in flag:
+            return None
+        base, key = flag.split(".", 1)
+        base = normalize_flag(base)
+        action = self._by_flag.get(base)
+        if action is None or not action.takes_value or action.type not in _CONFIG_TYPES:
+            j = i + 1
+            while j < n and not is_option(args[j]):
+                j += 1
+            return None, Problem(i, flag, f"{base} is not a config option of vllm serve"), j
+        if inline is not None:
+            return ParsedOption(action, flag, (inline,), i, i + 1, key), None, i + 1
+        if i + 1 < n and not is_option(args[i + 1]):
+            return ParsedOption(action, flag, (args[i + 1],), i, i + 2, key), None, i + 2
+        return None, Problem(i, flag, f"{flag} expects one value"), i + 1
+
+    @staticmethod
+    def _take_values(
+        action: ArgAction, args: Sequence[str], i: int, inline: str | None
+    ) -> tuple[list[str], int, str | None]:
+        n = len(args)
+        flag = args[i].split("=", 1)[0]
+        nargs = action.nargs
+        if nargs == 0 or not action.takes_value:
+            if inline is not None:
+                return [], i + 1, f"{flag} takes no value"
+            return [], i + 1, None
+        if inline is not None:
+            return [inline], i + 1, None
+        j = i + 1
+        if nargs is None or nargs == 1:
+            if j < n and not is_option(args[j]):
+                return [args[j]], j + 1, None
+            return [], j, f"{flag} expects one value"
+        if nargs == "?":
+            if j < n and not is_option(args[j]):
+                return [args[j]], j + 1, None
+            return [], j, None
+        if nargs in ("+", "*"):
+            values = []
+            while j < n and not is_option(args[j]):
+                values.append(args[j])
+                j += 1
+            if nargs == "+" and not values:
+                return [], j, f"{flag} expects one or more values"
+            return values, j, None
+        if isinstance(nargs, int):
+            values = list(args[j : j + nargs])
+            if len(values) < nargs or any(is_option(v) for v in values):
+                return [], j, f"{flag} expects {nargs} values"
+            return values, j + nargs, None
+        return [], j, f"{flag} has an unsupported nargs {nargs!r} in the captured spec"
+
+    # --------------------------------------------------------------- validation
+
+    def check_value(self, action: ArgAction, value: str) -> str | None:
+        """Why ``value`` would be rejected by this option, or None."""
+        flag = action.flags[0]
+        if action.dest == "quantization":
+            if value not in self.quantization_methods:
+                return (
+                    f"{flag} {value!r} is not a quantization method of {self.distribution} "
+                    f"(known: {', '.join(self.quantization_methods)})"
+                )
+            return None
+        if action.choices is not None:
+            candidate = value.lower() if action.type == "<lambda>" else value
+            if candidate not in action.choices:
+                return f"{flag} {value!r} is not one of {', '.join(action.choices)}"
+        t = action.type
+        try:
+            if t == "int":
+                int(value)
+            elif t == "float":
+                float(value)
+            elif t == "human_readable_int":
+                if not _HUMAN_INT.match(value.strip()):
+                    raise ValueError(value)
+            elif t == "human_readable_int_or_auto":
+                if (
+                    value.strip().lower() != "auto"
+                    and value.strip() != "-1"
+                    and not (_HUMAN_INT.match(value.strip()))
+                ):
+                    raise ValueError(value)
+            elif t in _JSON_TYPES:
+                json.loads(value)
+        except ValueError:
+            kind = {
+                "int": "an integer",
+                "float": "a number",
+                "human_readable_int": "an integer such as 8192 or 8k",
+                "human_readable_int_or_auto": "an integer such as 32768 or 32k, or auto",
+            }.get(t or "", "JSON")
+            return f"{flag} {value!r} is not {kind}"
+        return None
+
+    def validate(self, args: Sequence[str]) -> list[Problem]:
+        """Every problem vLLM's parser would raise for these options (flags only, no
+        leading ``vllm serve``)."""
+        options, problems = self.parse(args)
+        for opt in options:
+            if opt.nested_key is not None:
+                continue  # one key of a config object; vLLM validates it on load
+            for k, value in enumerate(opt.values):
+                msg = self.check_value(opt.action, value)
+                if msg is not None:
+                    index = opt.start if opt.end == opt.start + 1 else opt.start + 1 + k
+                    problems.append(Problem(index, opt.flag, msg))
+        problems.sort(key=lambda p: p.index)
+        return problems
+
+    def validate_extra_args(
+        self, extra: Sequence[str], path: str = "spec.engine.extraArgs"
+    ) -> list[Problem]:
+        """``validate`` for user input; each problem names ``path[i]``."""
+        return [
+            Problem(p.index, p.flag, p.message, f"{path}[{p.index}]") for p in self.validate(extra)
+        ]
+
+
+@cache
+def load_vllm_spec() -> VllmArgSpec:
+    """vLLM 0.32.0's `vllm serve` parser as shipped in ``slo_runtime/data``."""
+    text = (resources.files("slo_runtime") / "data" / SERVE_ARGS_FILE).read_text("utf-8")
+    return VllmArgSpec(json.loads(text))
