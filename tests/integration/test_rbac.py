@@ -26,6 +26,7 @@ from tests.support.cluster import LocalCluster
 from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.reconcile.policy import reconcile_policy_sync
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
+from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 
 pytestmark = pytest.mark.integration
 GROUP = "inference.slo-operator.io"
@@ -41,7 +42,8 @@ def _role_cases() -> list[Any]:
     rules = yaml.safe_load(body)["rules"]
     cases: list[Any] = [pytest.param(None, id="full-role")]
     for i, r in enumerate(rules):
-        cases.append(pytest.param(i, id="without-" + "+".join(r["resources"])))
+        cases.append(pytest.param(
+            i, id="without-" + "+".join(r["resources"]) + "-" + "+".join(r["verbs"])))
     return cases
 
 
@@ -56,8 +58,19 @@ def _reconcile_once(cluster: LocalCluster, kubeconfig: Any, ns: str) -> list[str
         reconcile_policy_sync(kube, pol, now)
         svc = admin("get", "infsvc", "-n", ns, "chat")
         reconcile_service_sync(kube, svc, now, Settings())
+        if admin("get", "deploy", "-n", ns)["items"]:
+            # Once pods exist, a reconcile sets their live limit (a pod patch).
+            cluster.wait_for(lambda: admin("get", "pods", "-n", ns)["items"], timeout=60,
+                             desc="pods created")
+            svc = admin("get", "infsvc", "-n", ns, "chat")
+            reconcile_service_sync(kube, svc, datetime.now(UTC), Settings())
     except ApiException as e:
         problems.append(f"API error {e.status} {e.reason}")
+    for pod in admin("get", "pods", "-n", ns)["items"]:
+        if ANNOTATION_INFLIGHT_LIMIT not in (pod["metadata"].get("annotations") or {}):
+            problems.append(f"pod {pod['metadata']['name']} has no live limit")
+    if not admin("get", "pods", "-n", ns)["items"]:
+        problems.append("no pods")
     svc = admin("get", "infsvc", "-n", ns, "chat")
     conds = conditions(svc)
     if conds.get("HardwareResolved", {}).get("status") != "True":

@@ -16,6 +16,7 @@ from slo_operator.reconcile.plan import (
     ServicePlan,
     discover_pools,
     initial_replicas,
+    live_limit,
     plan_service,
 )
 
@@ -157,3 +158,50 @@ def test_product_names_match_pools(wanted: str, want_products: set[str]) -> None
     got = {p.product for p in discover_pools(nodes)
            if product_matches(wanted, resolve_product(wanted), p)}
     assert got == want_products
+
+
+def plan_with_limit(mode: str, limit: int) -> Any:
+    """The render input for a default service whose controller state holds ``limit``."""
+    policy = SLOPolicySpec.model_validate({"batching": {"mode": mode, "minBatch": 8,
+                                                        "maxBatch": 128}})
+    result = plan_service(name="svc", namespace="ns", uid="u", spec=make_spec(), policy=policy,
+                          policy_name="", pools=discover_pools(FLEET), nodes=FLEET, replicas=1,
+                          restart_limit=limit)
+    assert isinstance(result, ServicePlan)
+    return result.render
+
+
+@pytest.mark.parametrize(
+    ("mode", "state_limit", "want_max_num_seqs"),
+    [
+        pytest.param("live", 16, 128, id="live-pins-max-num-seqs-to-max-batch"),
+        pytest.param("off", 16, 128, id="off-pins-max-num-seqs-to-max-batch"),
+        pytest.param("restart", 16, 16, id="restart-bakes-the-limit-into-max-num-seqs"),
+        pytest.param("restart", 999, 128, id="restart-clamps-to-max-batch"),
+    ],
+)
+def test_max_num_seqs_follows_batching_mode(mode: str, state_limit: int,
+                                            want_max_num_seqs: int) -> None:
+    args = list(plan_with_limit(mode, state_limit).engine_args)
+    assert args[args.index("--max-num-seqs") + 1] == str(want_max_num_seqs)
+    # CUDA graphs cover every limit the controller may choose, whatever the mode.
+    sizes = [int(a) for a in args[args.index("--cudagraph-capture-sizes") + 1:]
+             if a.isdigit()]
+    assert max(sizes) == 128
+
+
+@pytest.mark.parametrize(
+    ("mode", "wanted", "want"),
+    [
+        pytest.param("live", 40, 40, id="live-follows-the-controller"),
+        pytest.param("live", None, 128, id="live-starts-at-the-ceiling"),
+        pytest.param("live", 1, 8, id="live-clamped-to-min-batch"),
+        pytest.param("live", 500, 128, id="live-clamped-to-ceiling"),
+        pytest.param("restart", 40, 128, id="restart-gateway-holds-the-ceiling"),
+        pytest.param("off", 40, 128, id="off-never-moves"),
+    ],
+)
+def test_live_limit_by_mode(mode: str, wanted: int | None, want: int) -> None:
+    policy = SLOPolicySpec.model_validate({"batching": {"mode": mode, "minBatch": 8,
+                                                        "maxBatch": 128}})
+    assert live_limit(policy, 128, wanted) == want

@@ -17,6 +17,7 @@ from slo_operator.render.objects import (
     build_pdb,
     build_service,
     engine_hash,
+    live_limit_patch,
 )
 
 
@@ -26,7 +27,7 @@ def make_input(**kw: Any) -> RenderInput:
         runtime_image="slo-operator:test", engine_args=("--model", "m", "--max-num-seqs", "64"),
         gpus_per_replica=1, gpu_resource="nvidia.com/gpu", gpu_product="H100-SXM-80GB",
         pool_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, replicas=2,
-        batch_limit=64, tenant="gold", policy="chat",
+        batch_ceiling=64, tenant="gold", policy="chat",
     )
     base.update(kw)
     return RenderInput(**base)
@@ -98,15 +99,22 @@ def test_probes_and_graceful_termination() -> None:
 
 
 def test_live_batch_limit_flows_through_downward_api() -> None:
-    dep = build_deployment(make_input(batch_limit=96))
+    dep = build_deployment(make_input(batch_ceiling=96))
     tmpl = dep["spec"]["template"]
-    assert tmpl["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT] == "96"
+    # The live limit is patched onto running pods; the template never carries it.
+    assert ANNOTATION_INFLIGHT_LIMIT not in tmpl["metadata"]["annotations"]
     vol = next(v for v in tmpl["spec"]["volumes"] if v["name"] == "inflight-limit")
     path = vol["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"]
     assert ANNOTATION_INFLIGHT_LIMIT in path
     gw = _container(dep, "gateway")
     env = {e["name"]: e["value"] for e in gw["env"]}
     assert env["SLO_INFLIGHT_LIMIT_FILE"].startswith("/etc/slo-runtime/")
+    # Until the first patch the gateway starts at the ceiling pinned in --max-num-seqs.
+    assert env["SLO_INFLIGHT_LIMIT"] == "96"
+
+
+def test_live_limit_patch_sets_only_the_annotation() -> None:
+    assert live_limit_patch(17) == {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: "17"}}}
 
 
 def test_every_object_is_owned_by_the_service() -> None:
@@ -129,7 +137,6 @@ def test_service_and_pdb_select_the_pods() -> None:
     ("change", "want_same"),
     [
         pytest.param({"replicas": 7}, True, id="replicas-do-not-restart"),
-        pytest.param({"batch_limit": 7}, True, id="live-batch-limit-does-not-change-hash"),
         pytest.param({"engine_args": ("--model", "m", "--max-num-seqs", "32")}, False,
                      id="engine-args-change-hash"),
         pytest.param({"engine_image": "vllm/vllm-openai:v0.33.0"}, False, id="image-changes-hash"),
@@ -137,3 +144,16 @@ def test_service_and_pdb_select_the_pods() -> None:
 )
 def test_engine_hash_tracks_only_restart_fields(change: dict[str, Any], want_same: bool) -> None:
     assert (engine_hash(make_input()) == engine_hash(make_input(**change))) is want_same
+
+
+def test_pod_template_is_the_same_whatever_the_live_limit() -> None:
+    """The live limit is not a render input at all: plans that differ only in the
+    controller's live limit render byte-identical pod templates (no rollout)."""
+    from tests.unit.test_plan import plan_with_limit
+
+    low, high = plan_with_limit("live", 16), plan_with_limit("live", 200)
+    assert build_deployment(low)["spec"]["template"] == build_deployment(high)["spec"]["template"]
+    # Under batching.mode restart the limit is baked into --max-num-seqs: the template moves.
+    r_low, r_high = plan_with_limit("restart", 16), plan_with_limit("restart", 200)
+    assert (build_deployment(r_low)["spec"]["template"]
+            != build_deployment(r_high)["spec"]["template"])

@@ -21,6 +21,7 @@ from kubernetes.dynamic import DynamicClient
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.reconcile.plan import NodeInfo
 from slo_operator.reconcile.status import DeploymentObs, PodObs
+from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 
 FIELD_MANAGER = "slo-operator"
 log = logging.getLogger(__name__)
@@ -41,6 +42,13 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
         config_file=kubeconfig, client_configuration=cfg
     )
     return ApiClient(cfg)
+
+
+def _int_or_none(raw: object) -> int | None:
+    try:
+        return int(str(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 class Kube:
@@ -129,8 +137,9 @@ class Kube:
                 if c.get("type") == "PodScheduled" and c.get("status") == "False":
                     unsched = c.get("reason") == "Unschedulable"
                     msg = c.get("message") or ""
+            raw = (p["metadata"].get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
             out.append(PodObs(p["metadata"]["name"], status.get("phase") or "Unknown",
-                              unsched, msg))
+                              unsched, msg, _int_or_none(raw)))
         return out
 
     # ------------------------------------------------------------------ writes
@@ -146,6 +155,15 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch one pod's metadata (the live-limit annotation); a pod that is gone
+        is skipped, since the next pass sees its replacement."""
+        try:
+            self.core.patch_namespaced_pod(name, namespace, dict(patch))
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def patch_status(
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]

@@ -194,9 +194,20 @@ def profile_prefs(
     )
 
 
-def batch_bounds(policy: SLOPolicySpec, current: int | None) -> BatchBounds:
+def batch_bounds(policy: SLOPolicySpec, restart_limit: int | None) -> BatchBounds:
+    """Engine batch bounds: ``--max-num-seqs`` is pinned to ``maxBatch`` unless the policy
+    moves the limit by restarts (``batching.mode: restart``), where it is that limit."""
     b = policy.batching
-    return BatchBounds(min_seqs=b.min_batch, max_seqs=b.max_batch, initial=current)
+    initial = restart_limit if b.mode == "restart" else None
+    return BatchBounds(min_seqs=b.min_batch, max_seqs=b.max_batch, initial=initial)
+
+
+def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:
+    """The in-flight limit the gateways enforce: the controller's choice in ``live`` mode,
+    clamped to ``[minBatch, ceiling]``; the ceiling itself in ``restart`` and ``off``."""
+    if policy.batching.mode != "live" or wanted is None:
+        return ceiling
+    return max(min(wanted, ceiling), min(policy.batching.min_batch, ceiling))
 
 
 def candidate_pools(
@@ -245,14 +256,16 @@ def plan_service(
     pools: Sequence[Pool],
     nodes: Sequence[NodeInfo] = (),
     replicas: int,
-    batch_limit: int | None = None,
+    restart_limit: int | None = None,
     runtime_image: str = DEFAULT_RUNTIME_IMAGE,
     profiles: Sequence[NodeProfile] = (),
 ) -> ServicePlan | Problem:
     """Choose a pool and engine settings; the first pool where the model fits wins.
 
     Without preferences, the pool needing the fewest GPUs per replica wins (ties: more
-    GPUs in the pool), as a first proxy for the lowest GPU cost.
+    GPUs in the pool), as a first proxy for the lowest GPU cost. ``restart_limit`` is the
+    batch limit to bake into ``--max-num-seqs`` under ``batching.mode: restart`` (ignored
+    otherwise: the live limit never reaches the pod template).
     """
     candidates, problem = candidate_pools(spec, pools, nodes)
     if problem:
@@ -274,7 +287,7 @@ def plan_service(
                         pool.gpus_per_node,
                         model_facts(spec),
                         prefs,
-                        batch_bounds(policy, batch_limit),
+                        batch_bounds(policy, restart_limit),
                     ),
                     profile_note,
                 )
@@ -310,7 +323,7 @@ def plan_service(
         tolerations=tuple(t.model_dump(by_alias=True, exclude_none=True)
                           for t in spec.hardware.tolerations),
         replicas=replicas,
-        batch_limit=engine.max_num_seqs,
+        batch_ceiling=engine.max_num_seqs,
         tenant=policy.tenant or namespace,
         policy=policy_name,
         served_model_name=spec.model.served_name or spec.model.name,

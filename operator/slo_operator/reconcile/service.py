@@ -28,6 +28,7 @@ from slo_operator.api.models import (
     dump,
 )
 from slo_operator.engine.profiles import NodeProfile
+from slo_operator.reconcile.actuate import apply_live_limit
 from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
     NodeInfo,
@@ -35,6 +36,7 @@ from slo_operator.reconcile.plan import (
     ServicePlan,
     discover_pools,
     initial_replicas,
+    live_limit,
     plan_service,
 )
 from slo_operator.reconcile.status import rollout_conditions
@@ -158,7 +160,7 @@ def reconcile_service_sync(
         pools=pools,
         nodes=nodes,
         replicas=replicas,
-        batch_limit=old_status.batch_limit,
+        restart_limit=old_status.batch_limit,
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
     )
@@ -200,6 +202,9 @@ def reconcile_service_sync(
     dep = kube.get_deployment(namespace, f"{name}-vllm")
     pods = kube.list_pods(namespace, selector_labels(plan.render))
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
+    limit = live_limit(policy, plan.engine.max_num_seqs, old_status.batch_limit)
+    patched = apply_live_limit(kube, namespace, pods, limit)
+    outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
 
     new.desired_replicas = replicas
     new.replicas = dep.replicas if dep else 0
@@ -207,7 +212,7 @@ def reconcile_service_sync(
     new.hardware = plan.hardware_status
     new.engine_args = list(plan.engine.args)
     new.engine_notes = list(plan.notes)
-    new.batch_limit = plan.engine.max_num_seqs
+    new.batch_limit = limit
     return _report(kube, body, old_status, new, conds, now, outcome)
 
 

@@ -24,6 +24,8 @@ class PodObs:
     phase: str
     unschedulable: bool = False
     message: str = ""
+    # The pod's live in-flight limit annotation as an int; None when absent or not a number.
+    inflight_limit: int | None = None
 
 
 def rollout_conditions(

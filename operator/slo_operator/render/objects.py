@@ -52,7 +52,10 @@ class RenderInput:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
     replicas: int = 1
-    batch_limit: int = 256
+    # The ceiling pinned in --max-num-seqs: the gateway's limit until the operator patches
+    # the pod's live-limit annotation. Never the live limit itself, which moves on the
+    # running pods only (a template change would restart every replica).
+    batch_ceiling: int = 256
     tenant: str = ""
     policy: str = ""
     served_model_name: str = ""
@@ -192,7 +195,7 @@ def _gateway_container(inp: RenderInput) -> dict[str, Any]:
         ],
         "env": [
             {"name": "SLO_INFLIGHT_LIMIT_FILE", "value": f"{LIMIT_DIR}/inflight-limit"},
-            {"name": "SLO_INFLIGHT_LIMIT", "value": str(inp.batch_limit)},
+            {"name": "SLO_INFLIGHT_LIMIT", "value": str(inp.batch_ceiling)},
             {"name": "SLO_PROBE_FILE", "value": f"{RUN_DIR}/probe.json"},
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
@@ -273,8 +276,10 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
             "template": {
                 "metadata": {
                     "labels": labels,
+                    # No live-limit annotation here: the limit is patched onto running
+                    # pods; until then the gateway reads an empty file and keeps the
+                    # ceiling from its env.
                     "annotations": {
-                        ANNOTATION_INFLIGHT_LIMIT: str(inp.batch_limit),
                         ANNOTATION_ENGINE_HASH: engine_hash(inp),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(GATEWAY_PORT),
@@ -313,6 +318,11 @@ def build_pdb(inp: RenderInput) -> dict[str, Any]:
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }
+
+
+def live_limit_patch(limit: int) -> dict[str, Any]:
+    """Merge patch that sets one running pod's live in-flight limit."""
+    return {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: str(limit)}}}
 
 
 def build_all(inp: RenderInput) -> list[dict[str, Any]]:
