@@ -26,6 +26,7 @@ from slo_operator.reconcile.plan import (
     pool_from_product,
 )
 from slo_operator.render.objects import build_all
+from slo_operator.ship import rules as ship_rules
 
 
 class InputError(click.ClickException):
@@ -169,6 +170,27 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
 def _problems_text(source: str, problems: list[Any]) -> str:
     lines = [f"{source}: invalid spec"] + [f"  {p}" for p in problems]
     return "\n".join(lines)
+
+
+@main.command()
+@click.option("-f", "--filename", required=True,
+              help="SLOPolicy YAML ('-' for stdin); InferenceServices in it bind services.")
+@click.option("--format", "fmt", type=click.Choice(["prometheusrule", "file"]),
+              default="prometheusrule", show_default=True,
+              help="A PrometheusRule per policy, or one plain Prometheus rule file.")
+def rules(filename: str, fmt: str) -> None:
+    """Print SLO recording rules and multi-window burn-rate alerts for SLOPolicies."""
+    try:
+        policies = ship_rules.policies_from_documents(_load_docs(filename), filename)
+    except ship_rules.RulesInputError as err:
+        raise InputError(str(err)) from err
+    built = [(ref, ship_rules.rule_groups(ref, spec)) for ref, spec in policies]
+    if fmt == "file":
+        groups = [g for _, gs in built for g in gs]
+        click.echo(ship_rules.dump(ship_rules.rule_file(groups)), nl=False)
+    else:
+        click.echo("---\n".join(ship_rules.dump(ship_rules.prometheus_rule(ref, gs))
+                               for ref, gs in built), nl=False)
 
 
 @main.command()

@@ -1,0 +1,1 @@
+"""What platform teams install beside the operator: SLO alert rules, dashboards, metrics."""
