@@ -56,6 +56,8 @@ class Signals:
     kv_usage: float | None = None  # highest KV-cache use over pods, 0..1
     preemptions_rate: float | None = None  # preemptions per second
     sample_time: float | None = None  # newest sample's timestamp
+    pods: int | None = None  # pods reporting engine metrics
+    latency_source: str = ""  # "gateway" (client-visible) or "engine" (vLLM's own view)
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,4 @@ class Observation:
     gpus_per_replica: int = 1
     max_num_batched_tokens: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    model_size_b: float | None = None  # parameters in billions (scales the capacity seed)

@@ -1,0 +1,163 @@
+"""The capacity model: how many requests per second one replica sustains within the SLO.
+
+A replica's engine step takes ``base_ms + per_seq_ms * batch`` to decode one token for
+every running sequence, plus ``prefill_ms_per_token`` for each prompt token admitted in
+the step (chunked prefill). From the mean prompt length ``p`` and output length ``g`` of
+the live traffic:
+
+- decode time one request costs the replica: ``g * step(b) / b`` (the step is shared by
+  ``b`` sequences), prefill time: ``p * prefill_ms_per_token``;
+- so a replica running ``b`` sequences serves at most
+  ``mu(b) = 1000 / (g * step(b) / b + p * prefill_ms_per_token)`` requests per second;
+- prefill chunks stretch every decode stream by the prefill share ``f`` of the replica's
+  time, so inter-token latency is about ``step(b) / (1 - f)``.
+
+The SLO-feasible batch ``b*`` is the largest batch whose inter-token latency keeps both
+the inter-token target and the end-to-end target (for a tail request of
+``TAIL_OUTPUT_FACTOR * g`` tokens after its first token), with ``LATENCY_MARGIN`` of
+slack for the percentile. The replica is then planned at ``TARGET_UTILIZATION * mu(b*)``
+so that queueing (TTFT) stays bounded. ``speed`` scales every step time: it is learnt
+online from the throughput of warm, saturated replicas (the model was optimistic when
+``speed < 1``).
+
+Seeds: least-squares fits of measured H200 step times (``profiles/`` in the repository,
+``h200-llama-3.1-8b-ctx1024.json`` and ``h200-llama-3.1-70b-ctx1024.json``, fitted the
+way ``slo_runtime``'s step model reads a profile). Callers with a profile for the
+service's hardware class pass their own ``StepTimes`` through ``policy_for``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Planned utilisation of a replica's capacity: the rest absorbs arrival noise so TTFT
+# does not grow without bound as in an M/D/1 queue at rho -> 1.
+TARGET_UTILIZATION = 0.8
+# Fraction of a latency target the model plans for (a percentile sits above the mean).
+LATENCY_MARGIN = 0.8
+# A tail request's output, relative to the mean output length (e2e grows with length).
+TAIL_OUTPUT_FACTOR = 2.0
+# Assumed request shape before any traffic has been seen.
+DEFAULT_PROMPT_TOKENS = 512.0
+DEFAULT_OUTPUT_TOKENS = 128.0
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Engine step-time model of one replica (milliseconds)."""
+
+    base_ms: float
+    per_seq_ms: float
+    prefill_ms_per_token: float
+
+    def step_ms(self, running: float, prefill_tokens: float = 0.0) -> float:
+        """Duration of one engine step with ``running`` sequences and a prefill chunk."""
+        return self.base_ms + self.per_seq_ms * running + self.prefill_ms_per_token * prefill_tokens
+
+    def scaled(self, speed: float) -> StepTimes:
+        """The same model on a replica ``speed`` times faster."""
+        s = max(speed, 1e-6)
+        return StepTimes(self.base_ms / s, self.per_seq_ms / s, self.prefill_ms_per_token / s)
+
+
+# Fits of profiles/h200-llama-3.1-{8b,70b}-ctx1024.json (decode_ms by batch, prefill_ms of
+# the largest chunk), by precision; keyed by the parameter count they were measured at.
+SEED_STEP_TIMES: dict[tuple[float, str], StepTimes] = {
+    (8.0, "bf16"): StepTimes(4.834, 0.04915, 0.02829),
+    (8.0, "fp8"): StepTimes(3.283, 0.04480, 0.01891),
+    (70.0, "bf16"): StepTimes(35.67, 0.1510, 0.2258),
+    (70.0, "fp8"): StepTimes(20.76, 0.1259, 0.1331),
+}
+DEFAULT_STEP_TIMES = SEED_STEP_TIMES[(8.0, "bf16")]
+
+
+def seed_step_times(model_size_b: float | None, precision: str) -> StepTimes:
+    """Seed step times for a model size and precision, scaled from the nearest profile."""
+    prec = "fp8" if precision == "fp8" else "bf16"  # fp16 streams the same bytes as bf16
+    if model_size_b is None or model_size_b <= 0:
+        return SEED_STEP_TIMES[(8.0, prec)]
+    size, seed = min(
+        ((s, t) for (s, p), t in SEED_STEP_TIMES.items() if p == prec),
+        key=lambda st: abs(math.log(model_size_b / st[0])),
+    )
+    # Decode is memory-bound and prefill compute-bound: both scale with parameter bytes.
+    f = model_size_b / size
+    return StepTimes(seed.base_ms * f, seed.per_seq_ms * f, seed.prefill_ms_per_token * f)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the model says one replica can do for the current request shape."""
+
+    batch: int  # SLO-feasible batch b* (the batch limit the model would set)
+    rate: float  # sustainable requests per second per replica (utilisation applied)
+    itl_ms: float  # predicted inter-token latency at b* and that load
+    feasible: bool  # False when even the smallest batch misses a latency target
+    best_itl_ms: float  # predicted inter-token latency at the smallest batch
+
+
+def rate_at_batch(st: StepTimes, batch: int, prompt_tokens: float, output_tokens: float,
+                  utilization: float = TARGET_UTILIZATION) -> float:
+    """Sustainable requests per second of a replica whose batch is capped at ``batch``."""
+    return utilization * _mu(st, max(1, batch), max(0.0, prompt_tokens), max(1.0, output_tokens))
+
+
+def _mu(st: StepTimes, b: int, prompt: float, output: float) -> float:
+    per_request_ms = output * st.step_ms(b) / b + prompt * st.prefill_ms_per_token
+    return 1000.0 / per_request_ms if per_request_ms > 0 else math.inf
+
+
+def _itl(st: StepTimes, b: int, prompt: float, output: float, util: float) -> float:
+    prefill_share = min(0.9, util * _mu(st, b, prompt, output) * prompt
+                        * st.prefill_ms_per_token / 1000.0)
+    return st.step_ms(b) / (1.0 - prefill_share)
+
+
+def itl_budget_ms(e2e_ms: float, ttft_ms: float, itl_ms: float | None, output: float) -> float:
+    """Per-token latency the targets leave for decoding (margin applied)."""
+    tail = max(1.0, TAIL_OUTPUT_FACTOR * output - 1.0)
+    budget = LATENCY_MARGIN * max(0.0, e2e_ms - ttft_ms) / tail
+    if itl_ms is not None:
+        budget = min(budget, LATENCY_MARGIN * itl_ms)
+    return budget
+
+
+def replica_capacity(
+    st: StepTimes,
+    *,
+    prompt_tokens: float,
+    output_tokens: float,
+    itl_budget: float,
+    min_batch: int,
+    max_batch: int,
+    utilization: float = TARGET_UTILIZATION,
+) -> Capacity:
+    """Largest batch within the per-token budget, and the rate a replica then sustains."""
+    p = max(0.0, prompt_tokens)
+    g = max(1.0, output_tokens)
+    lo, hi = max(1, min_batch), max(1, min_batch, max_batch)
+    best_itl = _itl(st, lo, p, g, utilization)
+    if best_itl > itl_budget:
+        # Targets out of reach at any batch: size on throughput at the knee (a batch whose
+        # step is at most 1.5x the smallest), since more replicas cannot shorten a step.
+        knee = lo
+        while knee * 2 <= hi and st.step_ms(knee * 2) <= 1.5 * st.step_ms(lo):
+            knee *= 2
+        return Capacity(knee, utilization * _mu(st, knee, p, g),
+                        _itl(st, knee, p, g, utilization), False, best_itl)
+    # _itl grows with b (longer steps and a larger prefill share): binary search.
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _itl(st, mid, p, g, utilization) <= itl_budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return Capacity(lo, utilization * _mu(st, lo, p, g), _itl(st, lo, p, g, utilization),
+                    True, best_itl)
+
+
+def predicted_tokens_per_s(st: StepTimes, running: float) -> float:
+    """Generated tokens per second of a replica decoding ``running`` sequences."""
+    b = max(1.0, running)
+    return 1000.0 * b / st.step_ms(b)

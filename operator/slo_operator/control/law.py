@@ -1,0 +1,445 @@
+"""The control law: ``decide(observation, policy, state, now) -> Decision``.
+
+Pure: no clock, no I/O; the same function runs in the operator and in the benchmark.
+Replicas come from a capacity model of the load (``capacity``), corrected by feedback on
+the measured SLO error; the batch limit moves with them. docs/slo-loop.md describes the
+law, each protection and each reason; keep it in step with this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slo_operator.api.observe import MetricsState, Observation, Signals
+from slo_operator.control import reasons as R
+from slo_operator.control.capacity import (
+    DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    LATENCY_MARGIN,
+    Capacity,
+    StepTimes,
+    itl_budget_ms,
+    predicted_tokens_per_s,
+    rate_at_batch,
+    replica_capacity,
+    seed_step_times,
+)
+from slo_operator.control.policy import ControlPolicy
+from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATIONS, ControlState
+
+# Feedback correction bounds and steps: the latency error corrects the model, it never
+# replaces it (an error-only rule overshoots during cold starts).
+CORRECTION_MIN = 0.8
+CORRECTION_MAX = 3.0
+CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
+CORRECTION_DECAY = 0.95  # per cycle, while latency is well inside its targets
+RELAXED_ERROR = 0.6  # latency error below which the correction decays
+# Speed learning from warm, saturated replicas.
+SPEED_ALPHA = 0.3
+SPEED_MIN, SPEED_MAX = 0.2, 5.0
+# Live limit moves.
+LIMIT_DOWN_FACTOR = 0.75
+LIMIT_UP_FACTOR = 1.5
+LIMIT_MIN_CHANGE = 0.1  # relative change below which the limit is left alone
+ITL_HEADROOM = 0.8  # raise the limit only while inter-token latency is below this share
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``decide`` wants, why, and the state to keep for the next cycle."""
+
+    valid: bool  # False: no data to decide on; replicas and limit hold the last good ones
+    replicas: int
+    batch_limit: int
+    reason: str  # CamelCase constant of control.reasons
+    message: str
+    state: ControlState
+    limited_reason: str | None = None  # ScalingLimited reason, when a limit bit
+    limited_message: str = ""
+    limit_reason: str | None = None  # why the batch limit moved this cycle, if it did
+    limit_message: str = ""
+    need: float | None = None  # replicas the model needs (before protections)
+    slo_error: float | None = None  # worst latency / target ratio this cycle
+
+
+@dataclass
+class _Limited:
+    reason: str | None = None
+    message: str = ""
+
+    def set(self, reason: str, message: str) -> None:
+        # The first limit that bit is the one reported (as HPA does).
+        if self.reason is None:
+            self.reason, self.message = reason, message
+
+
+def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: float) -> Decision:
+    """Replicas and batch limit for one service in one cycle (pure)."""
+    sig = obs.signals
+    cur = max(0, obs.replicas.desired)
+    invalid = _invalid(sig)
+    if invalid is not None:
+        if sig.state == MetricsState.EMPTY and obs.replicas.ready == 0:
+            return _bring_up(obs, policy, state, now)
+        return _hold(obs, policy, state, now, *invalid)
+    assert sig.request_rate is not None  # _invalid guarantees it
+    lam = max(0.0, sig.request_rate)
+    waiting = max(0.0, sig.waiting or 0.0)
+    running = max(0.0, sig.running or 0.0)
+    idle = lam == 0.0 and waiting == 0.0 and running == 0.0
+
+    # Request shape: live means, else the last seen ones, else defaults.
+    prompt = _per_request(sig.prompt_tokens_rate, lam) or state.prompt_tokens \
+        or DEFAULT_PROMPT_TOKENS
+    output = _per_request(sig.generation_tokens_rate, lam) or state.output_tokens \
+        or DEFAULT_OUTPUT_TOKENS
+
+    seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision)
+    key = f"{obs.hardware}/{obs.precision}"
+    speed, speed_samples = (state.speed, state.speed_samples) if state.speed_key == key \
+        else (1.0, 0)
+    speed, speed_samples = _learn_speed(obs, seed, prompt, speed, speed_samples)
+    st = seed.scaled(speed)
+
+    ceiling = max(1, min(policy.max_batch, obs.max_batch))
+    floor = max(1, min(policy.min_batch, ceiling))
+    budget = itl_budget_ms(policy.e2e_target_ms, policy.ttft_target_ms, policy.itl_target_ms,
+                           output)
+    cap = replica_capacity(st, prompt_tokens=prompt, output_tokens=output, itl_budget=budget,
+                           min_batch=floor, max_batch=ceiling)
+
+    # SLO error: latency over target, only for targets replicas can reach.
+    ttft_floor = st.step_ms(1, prompt)
+    ratios = _ratios(sig, policy, cap, ttft_floor)
+    err = max(ratios.values()) if ratios else None
+    in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
+    correction = _correct(state.correction, err, in_flight)
+
+    # The batch limit first: the replicas are sized at the batch they will really run.
+    limit, bias, limit_reason, limit_message = _batch_limit(
+        obs, policy, state, now, cap, ratios, waiting, cur, in_flight, floor, ceiling)
+    plan_batch = min(cap.batch, limit)
+    per_replica = rate_at_batch(st, plan_batch, prompt, output)
+
+    # Demand: the finished rate, burst headroom from recent rates, and the backlog.
+    rates = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
+    rates = (*rates, (now, lam))[-MAX_RATES:]
+    burst = policy.burst_k * _stdev([r for _, r in rates])
+    backlog = waiting / max(policy.backlog_drain_s, 1.0)
+    demand = 0.0 if idle else lam + burst + backlog
+    need = demand * correction / per_replica if per_replica > 0 else float(policy.max_replicas)
+
+    lo, hi = policy.min_replicas, policy.max_replicas
+    limited = _Limited()
+    if not cap.feasible:
+        limited.set(R.TARGET_INFEASIBLE, (
+            f"inter-token latency of {cap.best_itl_ms:.1f} ms at batch {floor} exceeds the "
+            f"{budget:.1f} ms per token the targets leave for {output:.0f}-token outputs; "
+            "sizing for throughput"))
+
+    # Dead band, with hysteresis at small counts (scale down only when the need fits in
+    # fewer replicas with the tolerance to spare).
+    tol = policy.tolerance
+    if need > cur * (1.0 + tol) or (cur == 0 and need > 0):
+        rec = math.ceil(need - 1e-9)
+    elif math.ceil(need * (1.0 + tol) - 1e-9) < cur:
+        rec = math.ceil(need * (1.0 + tol) - 1e-9)
+    else:
+        rec = cur
+    if rec < cur and err is not None and err > 1.0:
+        rec = cur  # never scale in while the SLO is violated
+
+    # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
+    # down to the highest of the down window.
+    horizon = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
+    recs = tuple((t, n) for t, n in state.recommendations if now - t <= horizon)
+    if not state.recommendations:
+        # No history (new service): the current replicas count as this window's wish, so
+        # the first scale-down still waits a whole stabilization window.
+        recs = ((now, cur),)
+    recs = (*recs, (now, rec))[-MAX_RECOMMENDATIONS:]
+    up_floor = min(n for t, n in recs if now - t <= policy.scale_up_stabilization_s)
+    down_ceiling = max(n for t, n in recs if now - t <= policy.scale_down_stabilization_s)
+    target = cur
+    if target < up_floor:
+        target = up_floor
+    if target > down_ceiling:
+        target = down_ceiling
+    held: str | None = None
+    if rec < cur and target == cur:
+        held = R.STABILIZING
+
+    # No direction reversal inside a window.
+    since = None if state.last_scale_time is None else now - state.last_scale_time
+    if since is not None:
+        down_after_up = target < cur and state.last_scale_direction > 0 \
+            and since < policy.scale_down_stabilization_s
+        up_after_down = target > cur and state.last_scale_direction < 0 \
+            and since < policy.scale_up_stabilization_s
+        if down_after_up or up_after_down:
+            target, held = cur, R.REVERSAL_BLOCKED
+
+    # Step limits.
+    if target > cur + policy.max_scale_up_step:
+        limited.set(R.SCALE_UP_LIMIT, f"wanted {target} replicas, at most "
+                    f"{policy.max_scale_up_step} added per decision")
+        target = cur + policy.max_scale_up_step
+    if target < cur - policy.max_scale_down_step:
+        limited.set(R.SCALE_DOWN_LIMIT, f"wanted {target} replicas, at most "
+                    f"{policy.max_scale_down_step} removed per decision")
+        target = cur - policy.max_scale_down_step
+
+    # Pending pods are not capacity, and asking for more while they wait helps nobody.
+    if target > cur and obs.replicas.pending > 0:
+        limited.set(R.PENDING, f"{obs.replicas.pending} pod(s) Pending for lack of GPUs; no "
+                    f"further scale-up (wanted {target}) until they schedule")
+        target, held = cur, R.PENDING
+
+    # Bounds and budget, reported as ScalingLimited.
+    if target < lo:
+        if rec < lo:
+            limited.set(R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")
+        target = lo
+    if target > hi:
+        limited.set(R.TOO_MANY_REPLICAS, f"the load needs {target}; maxReplicas is {hi}")
+        target = hi
+    if policy.gpu_budget is not None:
+        most = policy.gpu_budget // max(1, obs.gpus_per_replica)
+        if target > most:
+            limited.set(R.GPU_BUDGET, f"gpuBudget {policy.gpu_budget} allows {most} replicas "
+                        f"of {obs.gpus_per_replica} GPU(s)")
+            target = max(0, most)
+
+    reason = _reason(target, cur, rec, need, idle, err, held, in_flight, limit_reason,
+                     obs.batch_limit, limit)
+    message = (
+        f"load {lam:.2f} req/s (+{burst:.2f} burst, +{backlog:.2f} backlog) x{correction:.2f} "
+        f"correction at {per_replica:.2f} req/s per replica (batch {plan_batch}, "
+        f"{prompt:.0f}+{output:.0f} tokens, speed {speed:.2f}) needs {need:.2f} replicas; "
+        f"{_latency_text(sig, policy)}; replicas {cur} -> {target}, limit "
+        f"{obs.batch_limit} -> {limit}"
+    )
+    direction = (target > cur) - (target < cur)
+    limits = state.limits
+    if limit != obs.batch_limit:
+        limits = (*limits, (now, limit))[-MAX_LIMITS:]
+    new_state = state.evolve(
+        last_good_replicas=target,
+        last_good_limit=limit,
+        last_good_time=now,
+        recommendations=recs,
+        last_scale_time=now if direction else state.last_scale_time,
+        last_scale_direction=direction or state.last_scale_direction,
+        speed=speed,
+        speed_key=key,
+        speed_samples=speed_samples,
+        correction=correction,
+        limit_bias=bias,
+        limits=limits,
+        rates=rates,
+        prompt_tokens=prompt,
+        output_tokens=output,
+    )
+    return Decision(
+        valid=True, replicas=target, batch_limit=limit, reason=reason, message=message,
+        state=new_state, limited_reason=limited.reason, limited_message=limited.message,
+        limit_reason=limit_reason, limit_message=limit_message, need=need, slo_error=err,
+    )
+
+
+# --- validity ---------------------------------------------------------------------------
+def _invalid(sig: Signals) -> tuple[str, str] | None:
+    if sig.state == MetricsState.UNAVAILABLE:
+        return R.METRICS_UNAVAILABLE, sig.message or "Prometheus could not be queried"
+    if sig.state == MetricsState.STALE:
+        return R.METRICS_STALE, sig.message or "newest sample is too old"
+    if sig.state == MetricsState.EMPTY:
+        return R.METRICS_EMPTY, sig.message or "no series for this service"
+    if sig.request_rate is None or not math.isfinite(sig.request_rate):
+        return R.METRICS_PARTIAL, sig.message or "request rate missing: the load is unknown"
+    return None
+
+
+def _hold(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
+          reason: str, message: str) -> Decision:
+    """No valid decision: hold the last good one (never scale to zero for lack of data)."""
+    cur = obs.replicas.desired
+    held = state.last_good_replicas if state.last_good_replicas is not None else cur
+    if held == 0 and cur > 0:
+        held = cur
+    held = max(policy.min_replicas, min(policy.max_replicas, held))
+    limit = obs.batch_limit if policy.batching_mode == "off" or state.last_good_limit is None \
+        else state.last_good_limit
+    return Decision(
+        valid=False, replicas=held, batch_limit=limit, reason=reason,
+        message=f"{message}; holding {held} replica(s) and batch limit {limit}",
+        state=state,
+    )
+
+
+def _bring_up(obs: Observation, policy: ControlPolicy, state: ControlState,
+              now: float) -> Decision:
+    """No replica serves yet (new service, or scaled to zero): run the minimum."""
+    cur = obs.replicas.desired
+    target = max(policy.min_replicas, min(cur, policy.max_replicas))
+    limit = obs.batch_limit
+    if target == 0:
+        return Decision(valid=True, replicas=0, batch_limit=limit, reason=R.SCALED_TO_ZERO_REASON,
+                        message="no replicas and no series: scaled to zero", state=state)
+    return Decision(
+        valid=True, replicas=target, batch_limit=limit, reason=R.WAITING_FOR_REPLICAS,
+        message=f"no replica serves yet; running {target} until metrics arrive",
+        state=state.evolve(last_good_replicas=target, last_good_limit=limit,
+                           last_good_time=now),
+    )
+
+
+# --- model pieces -------------------------------------------------------------------------
+def _per_request(token_rate: float | None, lam: float) -> float | None:
+    if token_rate is None or lam <= 0 or not math.isfinite(token_rate):
+        return None
+    v = token_rate / lam
+    return v if v > 0 else None
+
+
+def _learn_speed(obs: Observation, seed: StepTimes, prompt: float, speed: float,
+                 samples: int) -> tuple[float, int]:
+    """EWMA of observed / predicted decode throughput, from warm saturated replicas only."""
+    r, s = obs.replicas, obs.signals
+    serving = r.serving
+    if r.warming or r.starting or serving <= 0:
+        return speed, samples  # cold replicas would read as slow ones
+    if not s.waiting or s.waiting <= 0 or not s.running or not s.generation_tokens_rate:
+        return speed, samples  # only a queue shows the replicas' limit
+    batch = s.running / serving
+    prefill_share = 0.0
+    if s.prompt_tokens_rate:
+        prefill_share = min(0.9, s.prompt_tokens_rate / serving * seed.prefill_ms_per_token
+                            / 1000.0)
+    predicted = predicted_tokens_per_s(seed, batch) * (1.0 - prefill_share)
+    if predicted <= 0:
+        return speed, samples
+    ratio = max(SPEED_MIN, min(SPEED_MAX, s.generation_tokens_rate / serving / predicted))
+    new = ratio if samples == 0 else (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio
+    return new, samples + 1
+
+
+def _ratios(sig: Signals, policy: ControlPolicy, cap: Capacity,
+            ttft_floor_ms: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if sig.ttft_ms is not None and ttft_floor_ms <= LATENCY_MARGIN * policy.ttft_target_ms:
+        out["ttft"] = sig.ttft_ms / policy.ttft_target_ms
+    if cap.feasible:
+        if sig.e2e_ms is not None:
+            out["e2e"] = sig.e2e_ms / policy.e2e_target_ms
+        if sig.itl_ms is not None and policy.itl_target_ms:
+            out["itl"] = sig.itl_ms / policy.itl_target_ms
+    return out
+
+
+def _correct(correction: float, err: float | None, in_flight: bool) -> float:
+    if err is None:
+        return correction
+    if err > 1.0:
+        if in_flight:
+            return correction  # capacity asked for has not arrived: do not ask twice
+        return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, max(1.1, math.sqrt(err))))
+    if err < RELAXED_ERROR:
+        if correction > 1.0:
+            return max(1.0, correction * CORRECTION_DECAY)
+        return max(CORRECTION_MIN, correction * math.sqrt(CORRECTION_DECAY))
+    return correction
+
+
+def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
+                 cap: Capacity, ratios: dict[str, float], waiting: float, cur: int,
+                 in_flight: bool, floor: int, ceiling: int) -> tuple[int, float, str | None, str]:
+    current = obs.batch_limit
+    if policy.batching_mode == "off":
+        return current, state.limit_bias, None, ""
+    base = max(floor, min(ceiling, cap.batch))
+    bias = state.limit_bias
+    itl_r = ratios.get("itl")
+    if itl_r is None and "e2e" in ratios and ratios.get("ttft", 0.0) <= 1.0:
+        itl_r = ratios["e2e"]  # e2e over with TTFT fine: decoding is what is slow
+    ttft_r = ratios.get("ttft")
+    short = in_flight or cur >= policy.max_replicas or obs.replicas.pending > 0
+    why: str | None = None
+    if itl_r is not None and itl_r > 1.0:
+        bias *= LIMIT_DOWN_FACTOR
+        why = R.LIMIT_LOWERED
+    elif ttft_r is not None and ttft_r > 1.0 and waiting > 0 and short \
+            and (itl_r is None or itl_r < ITL_HEADROOM):
+        bias *= LIMIT_UP_FACTOR
+        why = R.LIMIT_RAISED
+    elif all(r <= ITL_HEADROOM for r in ratios.values()) and bias != 1.0:
+        bias = 1.0 + (bias - 1.0) * 0.5
+        if abs(bias - 1.0) < 0.05:
+            bias = 1.0
+        why = R.LIMIT_RESTORED
+    bias = max(floor / base, min(ceiling / base, bias))
+    proposal = max(floor, min(ceiling, round(base * bias)))
+    last_change = state.limits[-1][0] if state.limits else None
+    out_of_range = current < floor or current > ceiling
+    if policy.batching_mode == "restart":
+        big = proposal >= 2 * current or proposal * 2 <= current
+        due = last_change is None or now - last_change >= policy.restart_interval_s
+        move = out_of_range or (big and due)
+    else:
+        big = abs(proposal - current) >= max(1.0, LIMIT_MIN_CHANGE * current)
+        due = last_change is None or now - last_change >= policy.limit_interval_s
+        move = out_of_range or (big and due)
+    if not move or proposal == current:
+        return current, bias, None, ""
+    if why is None:
+        why = R.LIMIT_LOWERED if proposal < current else R.LIMIT_RAISED
+    detail = {
+        R.LIMIT_LOWERED: "inter-token latency over target",
+        R.LIMIT_RAISED: "requests queue while replicas are short",
+        R.LIMIT_RESTORED: "latency back inside targets",
+    }[why]
+    return proposal, bias, why, (
+        f"in-flight limit {current} -> {proposal} ({detail}; model batch {cap.batch}, "
+        f"range {floor}..{ceiling})")
+
+
+def _stdev(xs: list[float]) -> float:
+    if len(xs) < 3:
+        return 0.0
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float | None,
+            held: str | None, in_flight: bool, limit_reason: str | None, old_limit: int,
+            limit: int) -> str:
+    if target > cur:
+        return R.SLO_VIOLATED if err is not None and err > 1.0 else R.LOAD_INCREASED
+    if target < cur:
+        if idle:
+            return R.SCALED_TO_ZERO_REASON if target == 0 else R.NO_TRAFFIC
+        return R.LOAD_DECREASED
+    if held is not None:
+        return held
+    if limit_reason is not None and limit != old_limit:
+        return limit_reason
+    if in_flight and rec >= cur:
+        return R.WAITING_FOR_REPLICAS
+    if idle:
+        return R.NO_TRAFFIC
+    if math.ceil(need - 1e-9) != cur:
+        return R.WITHIN_TOLERANCE
+    return R.STEADY
+
+
+def _latency_text(sig: Signals, policy: ControlPolicy) -> str:
+    parts = []
+    if sig.e2e_ms is not None:
+        parts.append(f"e2e {sig.e2e_ms:.0f}/{policy.e2e_target_ms:.0f} ms")
+    if sig.ttft_ms is not None:
+        parts.append(f"TTFT {sig.ttft_ms:.0f}/{policy.ttft_target_ms:.0f} ms")
+    if sig.itl_ms is not None:
+        tgt = f"/{policy.itl_target_ms:.0f}" if policy.itl_target_ms else ""
+        parts.append(f"ITL {sig.itl_ms:.1f}{tgt} ms")
+    return ", ".join(parts) or "no latency samples"

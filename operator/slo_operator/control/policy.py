@@ -1,0 +1,81 @@
+"""``ControlPolicy``: an SLOPolicy spec and a service's replica bounds, ready for ``decide``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slo_operator.api.models import ReplicaBounds, SLOPolicySpec, parse_duration
+from slo_operator.control.capacity import StepTimes
+
+
+@dataclass(frozen=True)
+class ControlPolicy:
+    """Everything the control law reads from the user's objects (plain values)."""
+
+    # Objectives (milliseconds; jitter as a coefficient of variation).
+    e2e_target_ms: float = 800.0
+    ttft_target_ms: float = 300.0
+    itl_target_ms: float | None = None
+    jitter_max: float = 0.15
+    window_s: float = 60.0
+    # Scaling.
+    min_replicas: int = 1
+    max_replicas: int = 8
+    scale_up_stabilization_s: float = 0.0
+    scale_down_stabilization_s: float = 300.0
+    max_scale_up_step: int = 4
+    max_scale_down_step: int = 1
+    scale_to_zero: bool = False
+    # Batching: live | restart | off.
+    batching_mode: str = "live"
+    min_batch: int = 8
+    max_batch: int = 256
+    # Fleet.
+    priority: int = 0
+    gpu_budget: int | None = None
+    # Capacity seed for the service's hardware class and precision (None: built-in seed).
+    step_times: StepTimes | None = None
+    # Tuning (not in the CRD; documented in docs/slo-loop.md).
+    tolerance: float = 0.1  # dead band on the replica need, both directions
+    burst_k: float = 1.0  # headroom in standard deviations of the recent request rate
+    burst_lookback_s: float = 600.0  # how far back burst statistics reach
+    backlog_drain_s: float = 30.0  # time in which a queue should be drained
+    limit_interval_s: float = 10.0  # least time between two live limit changes
+    restart_interval_s: float = 1800.0  # least time between two restart-mode limit changes
+
+
+def policy_for(
+    spec: SLOPolicySpec,
+    bounds: ReplicaBounds | None = None,
+    *,
+    step_times: StepTimes | None = None,
+) -> ControlPolicy:
+    """Control policy of one service: the policy's scaling narrowed by the service bounds."""
+    o, s, b = spec.objectives, spec.scaling, spec.batching
+    lo, hi = s.min_replicas, s.max_replicas
+    if bounds is not None:
+        if bounds.max is not None:
+            hi = min(hi, bounds.max)
+        if bounds.min is not None:
+            lo = max(lo, bounds.min)
+    lo = min(lo, hi)  # bounds that miss the policy's range: the tighter maximum wins
+    return ControlPolicy(
+        e2e_target_ms=float(o.e2e_latency_p99_ms),
+        ttft_target_ms=float(o.ttft_p95_ms),
+        itl_target_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),
+        jitter_max=float(o.throughput_cv_max),
+        window_s=float(parse_duration(spec.window)),
+        min_replicas=lo,
+        max_replicas=hi,
+        scale_up_stabilization_s=float(parse_duration(s.scale_up_stabilization)),
+        scale_down_stabilization_s=float(parse_duration(s.scale_down_stabilization)),
+        max_scale_up_step=s.max_scale_up_step,
+        max_scale_down_step=s.max_scale_down_step,
+        scale_to_zero=s.scale_to_zero,
+        batching_mode=b.mode,
+        min_batch=b.min_batch,
+        max_batch=b.max_batch,
+        priority=spec.priority,
+        gpu_budget=spec.gpu_budget,
+        step_times=step_times,
+    )

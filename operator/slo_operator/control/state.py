@@ -1,0 +1,141 @@
+"""``ControlState``: what the law remembers between cycles, kept in the service's status.
+
+State that must survive an operator restart lives in status (never in memory), so the
+state is a small JSON-able dict. ``from_dict`` never raises: a hand-edited or older
+status yields the fields it can read and defaults for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+# Bounded history sizes keep status small whatever the cycle period.
+MAX_RECOMMENDATIONS = 64
+MAX_RATES = 40
+MAX_LIMITS = 10
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """Memory of the control law (times are seconds since the epoch)."""
+
+    last_good_replicas: int | None = None  # last valid decision, held on metric outages
+    last_good_limit: int | None = None
+    last_good_time: float | None = None
+    recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) for stabilization
+    last_scale_time: float | None = None
+    last_scale_direction: int = 0  # +1 up, -1 down, 0 never scaled
+    speed: float = 1.0  # learnt speed of a replica relative to the seed step times
+    speed_key: str = ""  # hardware/precision the speed was learnt on
+    speed_samples: int = 0
+    correction: float = 1.0  # feedback multiplier on the replica need from the SLO error
+    limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
+    limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
+    rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
+    prompt_tokens: float | None = None  # last seen mean prompt length
+    output_tokens: float | None = None  # last seen mean output length
+    extra: Mapping[str, Any] = field(default_factory=dict)  # reserved, round-tripped as is
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form for status (camelCase keys, no nulls)."""
+        out: dict[str, Any] = {
+            "v": STATE_VERSION,
+            "lastGood": None if self.last_good_replicas is None else {
+                "replicas": self.last_good_replicas,
+                "limit": self.last_good_limit,
+                "time": self.last_good_time,
+            },
+            "recommendations": [[_r(t), n] for t, n in self.recommendations],
+            "lastScale": None if self.last_scale_time is None else {
+                "time": _r(self.last_scale_time), "direction": self.last_scale_direction,
+            },
+            "speed": round(self.speed, 4),
+            "speedKey": self.speed_key,
+            "speedSamples": self.speed_samples,
+            "correction": round(self.correction, 4),
+            "limitBias": round(self.limit_bias, 4),
+            "limits": [[_r(t), n] for t, n in self.limits],
+            "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
+            "promptTokens": _opt(self.prompt_tokens),
+            "outputTokens": _opt(self.output_tokens),
+        }
+        if self.extra:
+            out["extra"] = dict(self.extra)
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ControlState:
+        """Read a state dict back; anything unreadable falls back to its default."""
+        if not isinstance(data, Mapping):
+            return cls()
+        good = _map(data.get("lastGood"))
+        scale = _map(data.get("lastScale"))
+        extra = data.get("extra")
+        return cls(
+            last_good_replicas=_int(good.get("replicas"), lo=0),
+            last_good_limit=_int(good.get("limit"), lo=1),
+            last_good_time=_num(good.get("time")),
+            recommendations=_pairs(data.get("recommendations"), int)[-MAX_RECOMMENDATIONS:],
+            last_scale_time=_num(scale.get("time")),
+            last_scale_direction=max(-1, min(1, _int(scale.get("direction")) or 0)),
+            speed=_num(data.get("speed"), lo=0.05, hi=20.0) or 1.0,
+            speed_key=str(data.get("speedKey") or ""),
+            speed_samples=_int(data.get("speedSamples"), lo=0) or 0,
+            correction=_num(data.get("correction"), lo=0.1, hi=10.0) or 1.0,
+            limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
+            limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
+            rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
+            prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
+            output_tokens=_num(data.get("outputTokens"), lo=0.0),
+            extra=dict(extra) if isinstance(extra, Mapping) else {},
+        )
+
+    def evolve(self, **changes: Any) -> ControlState:
+        """A copy with some fields replaced."""
+        return replace(self, **changes)
+
+
+def _map(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
+def _r(t: float) -> float:
+    return round(t, 3)
+
+
+def _opt(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _num(x: Any, lo: float | None = None, hi: float | None = None) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    v = float(x)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        return None
+    return v
+
+
+def _int(x: Any, lo: int | None = None) -> int | None:
+    v = _num(x)
+    if v is None or v != int(v):
+        return None
+    if lo is not None and v < lo:
+        return None
+    return int(v)
+
+
+def _pairs(x: Any, kind: type) -> tuple[Any, ...]:
+    if not isinstance(x, list):
+        return ()
+    out = []
+    for item in x:
+        if isinstance(item, list) and len(item) == 2:
+            t, v = _num(item[0]), (_int(item[1]) if kind is int else _num(item[1]))
+            if t is not None and v is not None:
+                out.append((t, v))
+    return tuple(out)
