@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from slo_runtime.gateway import Gateway, GatewayConfig, start_site
-from slo_runtime.replica import Replica, StepModel
+from slo_runtime.replica import LinearSteps, Replica
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -38,9 +38,9 @@ class Servers:
         return f"http://127.0.0.1:{port}"
 
     async def replica(self, **kw: Any) -> tuple[Replica, str]:
-        model = kw.pop("model", StepModel(base_ms=2.0, per_seq_ms=0.0,
+        steps = kw.pop("steps", LinearSteps(base_ms=2.0, per_seq_ms=0.0,
                                           prefill_ms_per_token=0.0))
-        rep = Replica(kw.pop("model_name", "m"), model, **kw)
+        rep = Replica(kw.pop("model_name", "m"), steps, **kw)
         return rep, await self.serve(rep.app)
 
     async def gateway(self, upstream: str, **kw: Any) -> tuple[Gateway, str]:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rt_support import Servers, wait_until
 
 from slo_runtime.gateway import FairAdmission, TenantsConfig, TenantSpec, parse_limit
-from slo_runtime.replica import StepModel
+from slo_runtime.replica import LinearSteps
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -113,7 +113,7 @@ async def test_streaming_passthrough_is_byte_for_byte(servers: Servers) -> None:
 
 async def test_tokens_reach_the_client_while_the_replica_is_still_generating(
         servers: Servers) -> None:
-    rep, up = await servers.replica(model=StepModel(base_ms=30, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=30, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     _, gw = await servers.gateway(up)
     async with aiohttp.ClientSession() as s, s.post(
@@ -132,7 +132,7 @@ async def test_limit_file_rewrite_changes_inflight_cap_without_restart(
         servers: Servers, tmp_path) -> None:
     limit = tmp_path / "inflight-limit"
     limit.write_text("2")
-    rep, up = await servers.replica(model=StepModel(base_ms=20, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=20, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     gw, url = await servers.gateway(up, limit_file=str(limit), poll_interval_s=0.02)
     async with aiohttp.ClientSession() as s:
@@ -173,7 +173,7 @@ async def test_invalid_limit_file_content_keeps_the_last_limit(servers: Servers,
 # --- fairness through HTTP -----------------------------------------------------------------
 async def test_weighted_fairness_between_two_tenants_under_contention(
         servers: Servers) -> None:
-    rep, up = await servers.replica(model=StepModel(base_ms=2, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=2, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     tenants = TenantsConfig(tenants={"gold": TenantSpec(weight=3),
                                      "bronze": TenantSpec(weight=1)})
@@ -199,7 +199,7 @@ async def test_weighted_fairness_between_two_tenants_under_contention(
 
 # --- cancellation --------------------------------------------------------------------------
 async def test_client_disconnect_cancels_the_upstream_request(servers: Servers) -> None:
-    rep, up = await servers.replica(model=StepModel(base_ms=10, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     gw, url = await servers.gateway(up)
     s = aiohttp.ClientSession()
@@ -218,7 +218,7 @@ async def test_client_disconnect_cancels_the_upstream_request(servers: Servers) 
 
 async def test_client_disconnect_before_a_whole_response_cancels_upstream(
         servers: Servers) -> None:
-    rep, up = await servers.replica(model=StepModel(base_ms=10, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     gw, url = await servers.gateway(up)
     s = aiohttp.ClientSession()
@@ -234,7 +234,7 @@ async def test_client_disconnect_before_a_whole_response_cancels_upstream(
 
 async def test_client_disconnect_while_queued_never_reaches_upstream(
         servers: Servers) -> None:
-    rep, up = await servers.replica(model=StepModel(base_ms=10, per_seq_ms=0,
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
                                                     prefill_ms_per_token=0))
     gw, url = await servers.gateway(up, default_limit=1)
     async with aiohttp.ClientSession() as s:
@@ -344,7 +344,7 @@ async def _metrics(url: str, labels: bool = False) -> dict:
 
 
 async def test_gateway_exports_ttft_e2e_and_queue_metrics(servers: Servers) -> None:
-    _, up = await servers.replica(model=StepModel(base_ms=5, per_seq_ms=0,
+    _, up = await servers.replica(steps=LinearSteps(base_ms=5, per_seq_ms=0,
                                                   prefill_ms_per_token=0))
     _, url = await servers.gateway(up)
     async with aiohttp.ClientSession() as s:

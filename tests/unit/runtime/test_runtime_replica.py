@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rt_support import FIXTURES_VLLM, PROFILES, Servers, wait_until
 
-from slo_runtime.replica import StepModel
+from slo_runtime.replica import LinearSteps
+from slo_runtime.stepmodel import StepModel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,7 +120,7 @@ async def test_openai_endpoints(servers: Servers) -> None:
 
 
 async def test_capacity_caps_running_and_queues_the_rest(servers: Servers) -> None:
-    rep, url = await servers.replica(max_num_seqs=4, model=StepModel(
+    rep, url = await servers.replica(max_num_seqs=4, steps=LinearSteps(
         base_ms=5, per_seq_ms=0, prefill_ms_per_token=0))
     async with aiohttp.ClientSession() as s:
         async def one() -> float:
@@ -132,20 +133,124 @@ async def test_capacity_caps_running_and_queues_the_rest(servers: Servers) -> No
         assert await asyncio.gather(*tasks) == [10] * 12
     assert rep.engine.max_running_seen == 4
     # 12 requests of 10 tokens through 4 slots: three waves of 10 steps (+ admission).
-    assert 30 <= rep.engine.steps <= 33
+    assert 30 <= rep.engine.step_count <= 33
 
 
-def test_step_model_grows_with_batch_and_prefill() -> None:
-    m = StepModel(base_ms=5.0, per_seq_ms=0.05, prefill_ms_per_token=0.025)
+def test_linear_steps_grow_with_batch_and_prefill() -> None:
+    m = LinearSteps(base_ms=5.0, per_seq_ms=0.05, prefill_ms_per_token=0.025)
     assert m.step_ms(1) == pytest.approx(5.05)
     assert m.step_ms(256) == pytest.approx(17.8)
     assert m.step_ms(1, prefill_tokens=2048) == pytest.approx(5.05 + 51.2)
 
 
-def test_step_model_fitted_from_the_committed_h200_profile() -> None:
+def scrape(text: str) -> dict[tuple[str, tuple], float]:
+    return {(smp.name, tuple(sorted((k, v) for k, v in smp.labels.items()
+                                    if k not in ("engine", "model_name")))): smp.value
+            for fam in text_string_to_metric_families(text) for smp in fam.samples}
+
+
+async def get_metrics(url: str) -> dict[tuple[str, tuple], float]:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        return scrape(await r.text())
+
+
+async def test_chunked_prefill_splits_a_long_prompt_under_the_token_budget(
+        servers: Servers) -> None:
+    rep, url = await servers.replica(max_num_batched_tokens=64, steps=LinearSteps(
+        base_ms=1, per_seq_ms=0, prefill_ms_per_token=0))
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/completions", json={
+            "prompt": list(range(200)), "max_tokens": 3}) as r:
+        assert (await r.json())["usage"] == {"prompt_tokens": 200, "completion_tokens": 3,
+                                             "total_tokens": 203}
+    # 200 prompt tokens in chunks of at most 64: 4 steps (the last samples token 1),
+    # then two decode steps.
+    assert rep.engine.step_count == 6
+    m = await get_metrics(url)
+    assert m[("vllm:iteration_tokens_total_count", ())] == 6
+    assert m[("vllm:iteration_tokens_total_sum", ())] == 202
+    assert m[("vllm:iteration_tokens_total_bucket", (("le", "64.0"),))] == 6
+    assert m[("vllm:prompt_tokens_total", ())] == 200
+
+
+async def test_decoding_shares_each_step_with_a_prefill_chunk(servers: Servers) -> None:
+    """A step carries decode tokens first, then prefill up to the budget."""
+    rep, url = await servers.replica(max_num_batched_tokens=32, steps=LinearSteps(
+        base_ms=2, per_seq_ms=0, prefill_ms_per_token=0))
+    async with aiohttp.ClientSession() as s:
+        async def one(prompt: int, n: int) -> None:
+            async with s.post(url + "/v1/completions",
+                              json={"prompt": list(range(prompt)), "max_tokens": n}) as r:
+                assert r.status == 200
+        first = asyncio.create_task(one(4, 40))
+        await wait_until(lambda: rep.engine.completed == 0 and any(
+            r.generated > 2 for r in rep.engine.running))
+        await asyncio.gather(one(310, 1), first)
+    # The long prompt needed ceil(310 / 31) = 10 steps at 31 tokens beside the decoder.
+    m = await get_metrics(url)
+    assert m[("vllm:iteration_tokens_total_bucket", (("le", "32.0"),))] == \
+        m[("vllm:iteration_tokens_total_count", ())]
+
+
+async def test_full_kv_cache_preempts_and_recomputes(servers: Servers) -> None:
+    # 4 blocks of 16 tokens; two sequences growing to 56 tokens cannot both stay.
+    rep, url = await servers.replica(kv_capacity_tokens=64, steps=LinearSteps(
+        base_ms=1, per_seq_ms=0, prefill_ms_per_token=0))
+    async with aiohttp.ClientSession() as s:
+        async def one() -> int:
+            async with s.post(url + "/v1/completions",
+                              json={"prompt": list(range(16)), "max_tokens": 40}) as r:
+                return (await r.json())["usage"]["completion_tokens"]
+        assert await asyncio.gather(one(), one()) == [40, 40]
+    m = await get_metrics(url)
+    assert m[("vllm:num_preemptions_total", ())] >= 1
+    assert m[("vllm:request_num_preemptions_sum", ())] == m[("vllm:num_preemptions_total", ())]
+    assert rep.engine.used_blocks == 0
+    assert m[("vllm:kv_cache_usage_perc", ())] == 0.0
+
+
+async def test_kv_usage_gauge_tracks_blocks(servers: Servers) -> None:
+    rep, url = await servers.replica(kv_capacity_tokens=160, steps=LinearSteps(
+        base_ms=20, per_seq_ms=0, prefill_ms_per_token=0))
+    async with aiohttp.ClientSession() as s:
+        task = asyncio.create_task(s.post(url + "/v1/completions",
+                                          json={"prompt": list(range(48)), "max_tokens": 50}))
+        await wait_until(lambda: rep.engine.used_blocks >= 3)
+        m = await get_metrics(url)
+        assert 0.3 <= m[("vllm:kv_cache_usage_perc", ())] <= 1.0
+        (await task).release()
+
+
+async def test_cold_start_answers_503_until_ready(servers: Servers) -> None:
+    rep, url = await servers.replica(cold_start_s=0.5)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/health") as r:
+            assert r.status == 503
+        async with s.get(url + "/metrics") as r:
+            assert r.status == 503
+        statuses: list[int] = []
+
+        async def healthy() -> bool:
+            async with s.get(url + "/health") as r:
+                statuses.append(r.status)
+                return r.status == 200
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await healthy():
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+    assert rep.ready
+
+
+async def test_replica_runs_on_the_shared_step_model(servers: Servers) -> None:
     prof = json.loads((PROFILES / "h200-llama-3.1-8b-ctx1024.json").read_text())
-    m = StepModel.from_profile(prof, "bf16")
-    for b, t in prof["decode_ms"]["bf16"].items():
-        # A line through a convex curve: within 20% at every measured batch.
-        assert m.step_ms(int(b)) == pytest.approx(t, rel=0.2), b
-    assert m.prefill_ms_per_token * 8192 == pytest.approx(prof["prefill_ms"]["bf16"]["8192"])
+    steps = StepModel.from_profile(prof, "fp8").sped_up(4)
+    _, url = await servers.replica(steps=steps, kv_capacity_tokens=steps.kv_capacity_tokens,
+                                   max_num_batched_tokens=2048)
+    async with aiohttp.ClientSession() as s:
+        async def one() -> int:
+            async with s.post(url + "/v1/completions",
+                              json={"prompt": list(range(500)), "max_tokens": 8}) as r:
+                return (await r.json())["usage"]["completion_tokens"]
+        assert await asyncio.gather(*(one() for _ in range(6))) == [8] * 6
+    m = await get_metrics(url)
+    assert m[("vllm:e2e_request_latency_seconds_count", ())] == 6
+    assert m[("vllm:generation_tokens_total", ())] == 48
