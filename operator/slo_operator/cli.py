@@ -199,12 +199,18 @@ def rules(filename: str, fmt: str) -> None:
 @click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
               help="Liveness endpoint URL.")
 @click.option("--kubeconfig", envvar="SLO_KUBECONFIG", help="Kubeconfig (default: in-cluster).")
-def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None) -> None:
+@click.option("--prometheus-url", envvar="SLO_PROMETHEUS_URL",
+              help="Prometheus base URL the SLO loop queries (default: no SLO signals).")
+@click.option("--interval", type=click.FloatRange(min=0.1), envvar="SLO_RECONCILE_INTERVAL",
+              help="Seconds between periodic passes (default 20).")
+def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
+        prometheus_url: str | None, interval: float | None) -> None:
     """Run the operator (kopf) against the current cluster."""
     import os
 
     import kopf
 
+    import slo_operator.handlers.indexes
     import slo_operator.handlers.inference_service
     import slo_operator.handlers.periodic
     import slo_operator.handlers.setup
@@ -213,6 +219,10 @@ def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None) -> N
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
         os.environ["SLO_KUBECONFIG"] = kubeconfig
+    if prometheus_url:
+        os.environ["SLO_PROMETHEUS_URL"] = prometheus_url
+    if interval is not None:
+        os.environ["SLO_RECONCILE_INTERVAL"] = str(interval)
     kopf.run(
         standalone=True,
         clusterwide=not namespaces,

@@ -46,8 +46,9 @@ spec:
     kube = Kube(api)
 
     def reconcile() -> None:
-        svc = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat")
-        reconcile_service_sync(kube, svc, datetime.now(UTC), Settings())
+        snap = kube.read_snapshot()
+        reconcile_service_sync(kube, snap.services[(namespace, "chat")], snap,
+                               datetime.now(UTC), Settings())
 
     reconcile()
     cluster.wait_for(lambda: [p for p in _pods(cluster, namespace)

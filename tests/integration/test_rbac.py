@@ -54,16 +54,17 @@ def _reconcile_once(cluster: LocalCluster, kubeconfig: Any, ns: str) -> list[str
     now = datetime.now(UTC)
     admin = cluster.kubectl_json
     try:
-        pol = admin("get", "slo", "-n", ns, "gold")
-        reconcile_policy_sync(kube, pol, now)
-        svc = admin("get", "infsvc", "-n", ns, "chat")
-        reconcile_service_sync(kube, svc, now, Settings())
+        # The operator's watch caches hold what these LISTs return.
+        snap = kube.read_snapshot()
+        reconcile_policy_sync(kube, snap.policies[(ns, "gold")], now, snap.services.values())
+        reconcile_service_sync(kube, snap.services[(ns, "chat")], snap, now, Settings())
         if admin("get", "deploy", "-n", ns)["items"]:
             # Once pods exist, a reconcile sets their live limit (a pod patch).
             cluster.wait_for(lambda: admin("get", "pods", "-n", ns)["items"], timeout=60,
                              desc="pods created")
-            svc = admin("get", "infsvc", "-n", ns, "chat")
-            reconcile_service_sync(kube, svc, datetime.now(UTC), Settings())
+            snap = kube.read_snapshot()
+            reconcile_service_sync(kube, snap.services[(ns, "chat")], snap,
+                                   datetime.now(UTC), Settings())
     except ApiException as e:
         problems.append(f"API error {e.status} {e.reason}")
     for pod in admin("get", "pods", "-n", ns)["items"]:

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from slo_operator.api import conditions as C
+from slo_operator.api.cluster import DeploymentObs, PodObs
 from slo_operator.api.conditions import Cond, merge_conditions, transitions
-from slo_operator.reconcile.status import DeploymentObs, PodObs, rollout_conditions
+from slo_operator.reconcile.status import rollout_conditions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

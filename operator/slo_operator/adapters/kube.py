@@ -18,15 +18,20 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
 from slo_operator.api.models import GROUP, VERSION
-from slo_operator.reconcile.plan import NodeInfo
-from slo_operator.reconcile.status import DeploymentObs, PodObs
-from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
+from slo_runtime.contract import (
+    ANNOTATION_INFLIGHT_LIMIT,
+    LABEL_MANAGED_BY,
+    LABEL_SERVICE,
+    MANAGED_BY,
+)
 
 FIELD_MANAGER = "slo-operator"
 log = logging.getLogger(__name__)
 
 PLURALS = {"InferenceService": "inferenceservices", "SLOPolicy": "slopolicies"}
+OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
 def load_api_client(kubeconfig: str | None = None) -> ApiClient:
@@ -44,6 +49,10 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
     return ApiClient(cfg)
 
 
+# ------------------------------------------------------------ wire bodies -> observations
+# Pure conversions shared by the watch caches (kopf indexes) and direct LISTs.
+
+
 def _int_or_none(raw: object) -> int | None:
     try:
         return int(str(raw)) if raw is not None else None
@@ -51,8 +60,71 @@ def _int_or_none(raw: object) -> int | None:
         return None
 
 
+def _epoch(ts: object) -> float | None:
+    if not isinstance(ts, str) or not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    """A Node's labels, allocatable resources and cordon state."""
+    spec, meta = body.get("spec") or {}, body.get("metadata") or {}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        allocatable={str(k): str(v) for k, v in
+                     ((body.get("status") or {}).get("allocatable") or {}).items()},
+        schedulable=not bool(spec.get("unschedulable")),
+    )
+
+
+def deployment_obs(body: Mapping[str, Any]) -> DeploymentObs:
+    """The replica counts and generations of an owned Deployment."""
+    st, meta = body.get("status") or {}, body.get("metadata") or {}
+    return DeploymentObs(
+        replicas=st.get("replicas") or 0,
+        ready_replicas=st.get("readyReplicas") or 0,
+        updated_replicas=st.get("updatedReplicas") or 0,
+        generation=meta.get("generation") or 0,
+        observed_generation=st.get("observedGeneration") or 0,
+        spec_replicas=(body.get("spec") or {}).get("replicas"),
+    )
+
+
+def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
+    """An owned pod's scheduling, readiness and live limit; None once it is terminating."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    unsched, msg, ready, since = False, "", False, None
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            unsched = c.get("reason") == "Unschedulable"
+            msg = c.get("message") or ""
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            ready, since = True, _epoch(c.get("lastTransitionTime"))
+    raw = (meta.get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
+    return PodObs(str(meta.get("name", "")), status.get("phase") or "Unknown", unsched, msg,
+                  _int_or_none(raw), ready, since)
+
+
+def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
+    """(namespace, service) of an owned object, from its service label."""
+    meta = body.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    return (str(meta.get("namespace", "")), str(owner)) if owner else None
+
+
+def obj_key(body: Mapping[str, Any]) -> ObjKey:
+    meta = body.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
 class Kube:
-    """Synchronous calls; the reconciler runs them in worker threads."""
+    """Synchronous calls; callers on the event loop run them in worker threads."""
 
     def __init__(self, api: ApiClient) -> None:
         self.api = api
@@ -73,17 +145,6 @@ class Kube:
         """Typed client models -> the plain wire form (camelCase dicts)."""
         return self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
 
-    def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURALS[kind], name
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return dict(self._wire(obj))
-
     def list_custom(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
             out = self.custom.list_namespaced_custom_object(
@@ -93,54 +154,36 @@ class Kube:
             out = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind])
         return list(self._wire(out).get("items", []))
 
-    def list_nodes(self) -> list[NodeInfo]:
-        nodes = []
-        for n in self._wire(self.core.list_node()).get("items", []):
-            spec, meta = n.get("spec") or {}, n.get("metadata") or {}
-            cordoned = bool(spec.get("unschedulable"))
-            nodes.append(
-                NodeInfo(
-                    name=meta["name"],
-                    labels=dict(meta.get("labels") or {}),
-                    allocatable=dict((n.get("status") or {}).get("allocatable") or {}),
-                    schedulable=not cordoned,
-                )
-            )
-        return nodes
-
-    def get_deployment(self, namespace: str, name: str) -> DeploymentObs | None:
-        try:
-            d = self._wire(self.apps.read_namespaced_deployment(name, namespace))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        st = d.get("status") or {}
-        return DeploymentObs(
-            replicas=st.get("replicas") or 0,
-            ready_replicas=st.get("readyReplicas") or 0,
-            updated_replicas=st.get("updatedReplicas") or 0,
-            generation=d["metadata"].get("generation") or 0,
-            observed_generation=st.get("observedGeneration") or 0,
-        )
-
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[PodObs]:
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         pods = self._wire(self.core.list_namespaced_pod(namespace, label_selector=label_selector))
-        out = []
-        for p in pods.get("items", []):
-            if p["metadata"].get("deletionTimestamp"):
-                continue
-            status = p.get("status") or {}
-            unsched, msg = False, ""
-            for c in status.get("conditions") or []:
-                if c.get("type") == "PodScheduled" and c.get("status") == "False":
-                    unsched = c.get("reason") == "Unschedulable"
-                    msg = c.get("message") or ""
-            raw = (p["metadata"].get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
-            out.append(PodObs(p["metadata"]["name"], status.get("phase") or "Unknown",
-                              unsched, msg, _int_or_none(raw)))
-        return out
+        return [o for o in (pod_obs(p) for p in pods.get("items", [])) if o is not None]
+
+    def read_snapshot(self) -> Snapshot:
+        """One LIST per kind, cluster-wide: what the watch caches hold, read directly
+        (for tools and tests that run a reconcile without the operator's caches)."""
+        deployments: dict[ObjKey, DeploymentObs] = {}
+        dep_list = self._wire(self.apps.list_deployment_for_all_namespaces(
+            label_selector=OWNED_SELECTOR))
+        for d in dep_list.get("items", []):
+            key = owner_key(d)
+            if key:
+                deployments[key] = deployment_obs(d)
+        pods: dict[ObjKey, list[PodObs]] = {}
+        pod_list = self._wire(self.core.list_pod_for_all_namespaces(
+            label_selector=OWNED_SELECTOR))
+        for p in pod_list.get("items", []):
+            key, obs = owner_key(p), pod_obs(p)
+            if key and obs:
+                pods.setdefault(key, []).append(obs)
+        nodes = [node_info(n) for n in self._wire(self.core.list_node()).get("items", [])]
+        return Snapshot(
+            services={obj_key(s): s for s in self.list_custom("InferenceService")},
+            policies={obj_key(p): p for p in self.list_custom("SLOPolicy")},
+            deployments=deployments,
+            pods=pods,
+            nodes=nodes,
+        )
 
     # ------------------------------------------------------------------ writes
 

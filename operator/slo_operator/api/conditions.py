@@ -12,37 +12,67 @@ from datetime import datetime
 
 from slo_operator.api.models import Condition
 
-# Types
-READY = "Ready"
-PROGRESSING = "Progressing"
-HARDWARE_RESOLVED = "HardwareResolved"
-SLO_COMPLIANT = "SLOCompliant"
-METRICS_AVAILABLE = "MetricsAvailable"
-SCALING_LIMITED = "ScalingLimited"
-SPEC_VALID = "SpecValid"
-POLICY_BOUND = "PolicyBound"
+# ---------------------------------------------------------------- condition types
+# Each type below is set by the reconciler or the SLO loop; docs/status-and-events.md
+# lists the same table for users.
 
-# Reasons
-INVALID_SPEC = "InvalidSpec"
-POLICY_NOT_FOUND = "PolicyNotFound"
-POLICY_INVALID = "PolicyInvalid"
-POLICY_RESOLVED = "PolicyResolved"
-DEFAULT_POLICY = "DefaultPolicy"
-NO_MATCHING_NODES = "NoMatchingNodes"
-HARDWARE_FOUND = "HardwareFound"
-UNKNOWN_GPU = "UnknownGPUProduct"
-ENGINE_INFEASIBLE = "EngineInfeasible"
-ENGINE_PLANNED = "EnginePlanned"
-AVAILABLE = "Available"
-ROLLING_OUT = "RollingOut"
-PODS_PENDING = "PodsPending"
-INSUFFICIENT_GPUS = "InsufficientGPUs"
-NOT_READY = "ReplicasNotReady"
-SCALED_TO_ZERO = "ScaledToZero"
-NO_METRICS = "NoMetrics"
-AWAITING_METRICS = "AwaitingMetrics"
-RECONCILED = "Reconciled"
-VALID = "Valid"
+READY = "Ready"  # True when the desired replicas are ready; False says what blocks them
+PROGRESSING = "Progressing"  # True while a rollout (new template or scale) is under way
+HARDWARE_RESOLVED = "HardwareResolved"  # a GPU pool and engine settings were chosen
+SLO_COMPLIANT = "SLOCompliant"  # the last window met every objective (Unknown: no data)
+METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus answered with usable signals
+SCALING_LIMITED = "ScalingLimited"  # True when a bound (min/max, GPU budget, GPUs) held
+SPEC_VALID = "SpecValid"  # the spec passed the operator's own checks
+POLICY_BOUND = "PolicyBound"  # the SLOPolicy named in spec.sloPolicyRef exists and is valid
+
+# ---------------------------------------------------------------- reasons
+# Spec and policy
+VALID = "Valid"  # SpecValid=True; SLOPolicy Ready=True
+INVALID_SPEC = "InvalidSpec"  # SpecValid=False, Ready=False; the message names the field
+POLICY_NOT_FOUND = "PolicyNotFound"  # PolicyBound=False, Ready=False: the named policy is absent
+POLICY_INVALID = "PolicyInvalid"  # PolicyBound=False, Ready=False: the policy fails validation
+POLICY_RESOLVED = "PolicyResolved"  # PolicyBound=True: bound to the named policy
+DEFAULT_POLICY = "DefaultPolicy"  # PolicyBound=True: no sloPolicyRef, defaults apply
+# Hardware and engine
+NO_MATCHING_NODES = "NoMatchingNodes"  # HardwareResolved=False, Ready=False: no pool fits
+HARDWARE_FOUND = "HardwareFound"  # HardwareResolved=True: a known GPU pool was chosen
+UNKNOWN_GPU = "UnknownGPUProduct"  # HardwareResolved=True (conservative) or False (bad name)
+ENGINE_INFEASIBLE = "EngineInfeasible"  # Ready=False: the model cannot run on the pool
+# Rollout
+AVAILABLE = "Available"  # Ready=True: every desired replica is ready
+ROLLING_OUT = "RollingOut"  # Progressing=True: replicas are being created or replaced
+PODS_PENDING = "PodsPending"  # Ready/Progressing: pods unschedulable for a non-GPU cause
+INSUFFICIENT_GPUS = "InsufficientGPUs"  # Ready/Progressing, ScalingLimited: GPUs ran out
+NOT_READY = "ReplicasNotReady"  # Ready=False: fewer ready replicas than desired
+SCALED_TO_ZERO = "ScaledToZero"  # Ready=True with zero desired replicas
+RECONCILED = "Reconciled"  # Progressing=False: nothing left to roll out
+# SLO loop
+AWAITING_METRICS = "AwaitingMetrics"  # SLOCompliant=Unknown: no latency observed yet
+SLO_MET = "ObjectivesMet"  # SLOCompliant=True: the last window met every objective
+SLO_MISSED = "ObjectivesMissed"  # SLOCompliant=False: the message names the missed objective
+METRICS_OK = "MetricsFound"  # MetricsAvailable=True: every signal present
+NO_TRAFFIC = "NoTraffic"  # MetricsAvailable=True: series exist, no request finished
+METRICS_PARTIAL = "MetricsPartial"  # MetricsAvailable=False: some signals missing; held
+METRICS_EMPTY = "NoMetrics"  # MetricsAvailable=False: no series for the service; held
+METRICS_STALE = "MetricsStale"  # MetricsAvailable=False: newest sample too old; held
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"  # MetricsAvailable=False: query failed
+WITHIN_BOUNDS = "WithinBounds"  # ScalingLimited=False: the decision was not clipped
+# ScalingLimited=True carries the limiting reason from the control law (for example
+# AtMaxReplicas, AtMinReplicas, GPUBudget, InsufficientGPUs, Priority).
+
+# Event reasons posted by the SLO loop (Normal), never condition reasons.
+SCALED = "Scaled"  # the Deployment's replicas changed
+BATCH_LIMIT_CHANGED = "BatchLimitChanged"  # the live in-flight limit changed on the pods
+
+# Which transitions post Events, and of which type (see reconcile.status.choose_events).
+WARN_WHEN_FALSE = frozenset(
+    {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE}
+)
+WARN_WHEN_TRUE = frozenset({SCALING_LIMITED})
+WARNING_REASONS = frozenset({UNKNOWN_GPU})
+NORMAL_EVENT_TYPES = frozenset(
+    {READY, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE, SCALING_LIMITED}
+)
 
 
 @dataclass(frozen=True)

@@ -3,44 +3,48 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from slo_operator.adapters.kube import owner_key
+from slo_operator.api.cluster import Snapshot
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.plan import NodeInfo
 from slo_operator.reconcile.service import Outcome, reconcile_service
-from slo_operator.render.objects import LABEL_SERVICE, MANAGED_BY
+from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
 
 
-async def refresh(
-    body: Mapping[str, Any], memo: kopf.Memo, nodes: Sequence[NodeInfo] | None = None
-) -> Outcome:
+async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot) -> Outcome:
     """Reconcile one service under its lock; never raises for spec or dependency problems."""
     ctx = context(memo)
     meta = body["metadata"]
+    ctx.ready.set()
     async with ctx.lock(meta["namespace"], meta["name"]):
+        # Start from the status this operator last wrote when the cache has not caught up
+        # yet, so concurrent triggers never report the same transition twice.
+        latest = ctx.statuses.latest(body)
         outcome = await reconcile_service(
-            ctx.kube, body, datetime.now(UTC), ctx.settings, nodes
+            ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied
         )
+        ctx.statuses.remember(latest, outcome.status)
     if outcome.applied:
-        # Debug: the periodic pass re-applies unchanged objects (a no-op for the server).
-        log.debug("Reconciled InferenceService %s/%s: applied %s", meta["namespace"],
-                 meta["name"], ", ".join(outcome.applied))
+        log.info("Applied for InferenceService %s/%s: %s", meta["namespace"], meta["name"],
+                 ", ".join(outcome.applied))
     return outcome
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-async def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    outcome = await refresh(body, memo)
+async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    outcome = await refresh(dict(body), memo, snapshot(kwargs))
     if outcome.permanent_error:
         # Invalid specs wait for a spec change; retrying would only crash-loop.
         raise kopf.PermanentError(outcome.permanent_error)
@@ -48,24 +52,25 @@ async def on_change(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError("Waiting for dependencies", delay=outcome.retry_after)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-@kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
-    """Owned objects changed (pods scheduled, replicas ready): refresh the owner's status."""
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
+@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **kwargs: Any) -> None:
+    """Owned objects changed (pods scheduled, replicas ready): refresh the owner's status
+    from the caches (no GET of the owner)."""
     if type is None:
+        context(memo).ready.set()
         return  # the initial listing; resume handlers cover it
-    meta = body["metadata"]
-    owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
-    if not owner:
-        return
-    svc = context(memo).kube.get_custom("InferenceService", meta["namespace"], owner)
+    key = owner_key(body)
+    snap = snapshot(kwargs)
+    svc = snap.services.get(key) if key else None
     if svc is not None:
-        await refresh(svc, memo)
+        await refresh(svc, memo, snap)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
-async def on_deleted(body: kopf.Body, **_: Any) -> None:
+async def on_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     # optional=True: no finalizer; owned objects go with ownerReferences (garbage collector).
     meta = body["metadata"]
+    context(memo).forget(meta["namespace"], meta["name"])
     log.info("Deleted InferenceService %s/%s; owned objects are garbage-collected",
              meta["namespace"], meta["name"])

@@ -1,50 +1,61 @@
 """One cluster-wide loop that re-runs every reconcile on a fixed period.
 
 A single loop instead of per-object kopf timers: timers would put a finalizer on every
-object and cost one task each; the SLO loop will also query Prometheus once per signal
-for all services at once, which needs all services in one place.
+object and cost one task each; the SLO loop queries Prometheus once per signal for all
+services at once, which needs all services in one place. Reads come from the watch
+caches (kopf indexes), so an unchanged pass sends no request to the API server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from slo_operator.handlers.indexes import pick_indexes, snapshot
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.policy import reconcile_policy
 
 log = logging.getLogger(__name__)
-INTERVAL = float(os.environ.get("SLO_RECONCILE_INTERVAL", "20"))
 
 
-async def _cycle(memo: kopf.Memo) -> None:
+async def run_pass(memo: kopf.Memo) -> None:
+    """One pass over every policy and service, from one snapshot of the caches."""
     ctx = context(memo)
-    # One LIST of services serves every policy's binding and every service's reconcile.
-    services = await asyncio.to_thread(ctx.kube.list_custom, "InferenceService")
-    for pol in await asyncio.to_thread(ctx.kube.list_custom, "SLOPolicy"):
-        await reconcile_policy(ctx.kube, pol, datetime.now(UTC), services)
-    nodes = await asyncio.to_thread(ctx.kube.list_nodes)
-    for svc in services:
-        await refresh(svc, memo, nodes)
+    snap = snapshot(memo.slo_indexes)
+    for pol in snap.policies.values():
+        await reconcile_policy(ctx.kube, pol, datetime.now(UTC), snap.services.values())
+    for svc in snap.services.values():
+        try:
+            await refresh(svc, memo, snap)
+        except Exception:  # one service's failure must not stop the others
+            meta = svc["metadata"]
+            log.exception("Failed to reconcile InferenceService %s/%s",
+                          meta["namespace"], meta["name"])
 
 
 async def _loop(memo: kopf.Memo) -> None:
+    ctx = context(memo)
+    await ctx.ready.wait()
+    passes = 0
     while True:
-        await asyncio.sleep(INTERVAL)
+        await asyncio.sleep(ctx.loop.interval)
         try:
-            await _cycle(memo)
-        except Exception:  # one failed cycle must not stop the loop
-            log.exception("Failed a periodic reconcile cycle")
+            await run_pass(memo)
+            passes += 1
+            log.debug("Finished periodic pass %d", passes)
+        except Exception:  # one failed pass must not stop the loop
+            log.exception("Failed a periodic pass")
 
 
 @kopf.on.startup()
-async def start_loop(memo: kopf.Memo, **_: Any) -> None:
+async def start_loop(memo: kopf.Memo, **kwargs: Any) -> None:
+    # The indexes are live views: keep them for the loop, which is no kopf handler.
+    memo.slo_indexes = pick_indexes(kwargs)
     memo.slo_loop = asyncio.create_task(_loop(memo))
 
 

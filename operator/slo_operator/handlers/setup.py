@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,87 @@ import kopf
 from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
+from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw.strip() else default
+    except ValueError:
+        raise kopf.PermanentError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise kopf.PermanentError(f"{name}={raw!r} must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The periodic SLO pass, from the environment (``slo-operator run`` sets it too).
+
+    SLO_RECONCILE_INTERVAL: seconds between passes (default 20).
+    SLO_PROMETHEUS_URL: Prometheus base URL; unset means no SLO signals are read.
+    SLO_PROMETHEUS_TIMEOUT: seconds per PromQL query (default 10).
+    SLO_APPLY_TTL: seconds after which unchanged objects are applied again (default 600).
+    """
+
+    interval: float = 20.0
+    prometheus_url: str | None = None
+    prometheus_timeout: float = 10.0
+    apply_ttl: float = 600.0
+
+    @classmethod
+    def from_env(cls) -> LoopSettings:
+        return cls(
+            interval=_env_float("SLO_RECONCILE_INTERVAL", cls.interval),
+            prometheus_url=os.environ.get("SLO_PROMETHEUS_URL") or None,
+            prometheus_timeout=_env_float("SLO_PROMETHEUS_TIMEOUT", cls.prometheus_timeout),
+            apply_ttl=_env_float("SLO_APPLY_TTL", cls.apply_ttl),
+        )
+
+
+@dataclass
+class StatusMemory:
+    """The status this operator last wrote per service, with the resourceVersion of the
+    body it started from: while the watch cache still serves that revision, the written
+    status is the newer truth."""
+
+    written: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        meta = body["metadata"]
+        seen = self.written.get((meta["namespace"], meta["name"]))
+        if seen is None or seen[0] != meta.get("resourceVersion"):
+            return body
+        return {**body, "status": seen[1]}
+
+    def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        if status and status != (body.get("status") or {}):
+            self.written[(meta["namespace"], meta["name"])] = (
+                str(meta.get("resourceVersion")), status)
 
 
 @dataclass
 class Context:
     kube: Kube
     settings: Settings
+    loop: LoopSettings = field(default_factory=lambda: LoopSettings())
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    applied: AppliedCache = field(default_factory=AppliedCache)
+    statuses: StatusMemory = field(default_factory=StatusMemory)
+    # Set once kopf has called a resource handler, i.e. once the indexes are filled.
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         # Timers, watch events and change handlers may fire together for one object.
         return self.locks.setdefault((namespace, name), asyncio.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is remembered of a deleted service."""
+        self.locks.pop((namespace, name), None)
+        self.statuses.written.pop((namespace, name), None)
 
 
 def context(memo: Any) -> Context:
@@ -52,8 +122,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     logging.getLogger(__name__).info(
         "Loaded %d node profiles: %s", len(profiles), ", ".join(p.source for p in profiles)
     )
+    loop = LoopSettings.from_env()
     memo.slo = Context(
         kube=Kube(api),
+        loop=loop,
+        applied=AppliedCache(ttl=loop.apply_ttl),
         settings=Settings(
             runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image),
             profiles=profiles,

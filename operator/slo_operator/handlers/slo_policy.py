@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.policy import bound_to, reconcile_policy
@@ -18,15 +20,23 @@ RESOURCE = (GROUP, VERSION, "slopolicies")
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-async def on_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    for svc in await reconcile_policy(context(memo).kube, body, datetime.now(UTC)):
-        await refresh(svc, memo)
+async def on_policy(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    snap = snapshot(kwargs)
+    # The cache may not hold this very revision yet: the handler's body is the newest.
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    snap = replace(snap, policies={**snap.policies, key: dict(body)})
+    bound = await reconcile_policy(context(memo).kube, dict(body), datetime.now(UTC),
+                                   snap.services.values())
+    for svc in bound:
+        await refresh(svc, memo, snap)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
-async def on_policy_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def on_policy_deleted(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     """Services bound to a deleted policy keep running and say that their policy is gone."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    services = context(memo).kube.list_custom("InferenceService", namespace)
-    for svc in bound_to(namespace, name, services):
-        await refresh(svc, memo)
+    snap = snapshot(kwargs)
+    snap = replace(snap, policies={k: v for k, v in snap.policies.items()
+                                   if k != (namespace, name)})
+    for svc in bound_to(namespace, name, snap.services.values()):
+        await refresh(svc, memo, snap)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from slo_operator.api import conditions as C
+from slo_operator.api.cluster import NodeInfo
 from slo_operator.api.models import (
     HardwareStatus,
     InferenceServiceSpec,
@@ -30,15 +31,7 @@ from slo_operator.render.objects import RenderInput
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
 
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What the planner needs from one Node object."""
-
-    name: str
-    labels: Mapping[str, str]
-    allocatable: Mapping[str, str] = field(default_factory=dict)
-    schedulable: bool = True
+__all__ = ["NodeInfo"]  # re-exported: callers plan from node observations
 
 
 @dataclass(frozen=True)

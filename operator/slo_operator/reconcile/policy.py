@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from slo_operator.adapters.kube import Kube
 from slo_operator.api import conditions as C
 from slo_operator.api.conditions import Cond, merge_conditions, transitions
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import SLOPolicySpec, SLOPolicyStatus, dump
+from slo_operator.reconcile.ports import KubeWriter
 
 
 def bound_to(
-    namespace: str, policy_name: str, services: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
+    namespace: str, policy_name: str, services: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
     """InferenceServices in ``namespace`` whose spec.sloPolicyRef.name is this policy,
     sorted by name (pure)."""
     out = [
@@ -31,15 +31,14 @@ def bound_to(
 
 
 def reconcile_policy_sync(
-    kube: Kube,
+    kube: KubeWriter,
     body: Mapping[str, Any],
     now: datetime,
-    services: Sequence[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
+    services: Iterable[Mapping[str, Any]],
+) -> list[Mapping[str, Any]]:
     """Returns the bound services, so the caller can re-reconcile them.
 
-    ``services``: a listing the caller already holds (a periodic pass lists every
-    service once for all policies); without it the policy's namespace is listed.
+    ``services``: every InferenceService the caller holds (the watch cache).
     """
     meta = body["metadata"]
     old = SLOPolicyStatus.model_validate(body.get("status") or {})
@@ -51,8 +50,6 @@ def reconcile_policy_sync(
     except ValidationError as err:
         msg = summarize(field_problems(err))
         conds = [Cond(C.READY, False, C.INVALID_SPEC, msg)]
-    if services is None:
-        services = kube.list_custom("InferenceService", meta["namespace"])
     bound = bound_to(meta["namespace"], meta["name"], services)
     new.bound_services = [svc["metadata"]["name"] for svc in bound]
     new.bound_count = len(new.bound_services)
@@ -65,9 +62,10 @@ def reconcile_policy_sync(
 
 
 async def reconcile_policy(
-    kube: Kube,
+    kube: KubeWriter,
     body: Mapping[str, Any],
     now: datetime,
-    services: Sequence[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
+    services: Iterable[Mapping[str, Any]],
+) -> list[Mapping[str, Any]]:
+    """``reconcile_policy_sync`` in a worker thread (the client blocks)."""
     return await asyncio.to_thread(reconcile_policy_sync, kube, body, now, services)

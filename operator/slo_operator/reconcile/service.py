@@ -1,37 +1,32 @@
 """Reconcile one InferenceService: observe, decide, apply, report.
 
-Every trigger (create, resume, spec change, timer, owned-object change) runs this same
-function. Decisions come from pure code (``plan``, ``status``); this module only moves
-data between those functions and the Kubernetes adapter.
+Every trigger (create, resume, spec change, owned-object change, the periodic pass) runs
+this same function. It reads only a :class:`Snapshot` built from watch caches, decides
+with pure code (``plan``, ``status``) and writes through the small ``KubeWriter``
+protocol: server-side applies only for objects whose rendering changed, the live limit
+only on pods that differ, status only when it changed, Events only on transitions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from slo_operator.adapters.kube import Kube
 from slo_operator.api import conditions as C
+from slo_operator.api.cluster import Snapshot
 from slo_operator.api.conditions import Cond, merge_conditions, transitions
 from slo_operator.api.errors import field_problems, summarize
-from slo_operator.api.models import (
-    Condition,
-    InferenceServiceSpec,
-    InferenceServiceStatus,
-    SLOPolicySpec,
-    dump,
-)
+from slo_operator.api.models import InferenceServiceSpec, InferenceServiceStatus, dump
 from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.actuate import apply_live_limit
 from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
-    NodeInfo,
     Problem,
     ServicePlan,
     discover_pools,
@@ -39,13 +34,17 @@ from slo_operator.reconcile.plan import (
     live_limit,
     plan_service,
 )
-from slo_operator.reconcile.status import rollout_conditions
-from slo_operator.render.objects import build_all, selector_labels
+from slo_operator.reconcile.ports import AppliedCache, KubeWriter
+from slo_operator.reconcile.status import (
+    choose_events,
+    hardware_condition,
+    policy_condition,
+    problem_conditions,
+    rollout_conditions,
+)
+from slo_operator.render.objects import build_all, instance_name
 
 log = logging.getLogger(__name__)
-
-# Conditions whose transition to these (type, status) pairs deserve a Warning Event.
-_WARN_ON_FALSE = {C.READY, C.SPEC_VALID, C.POLICY_BOUND, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT}
 
 
 @dataclass
@@ -64,45 +63,9 @@ class Settings:
     profiles: tuple[NodeProfile, ...] = ()
 
 
-def _policy_spec(
-    kube: Kube, namespace: str, spec: InferenceServiceSpec
-) -> tuple[SLOPolicySpec | None, str, Cond]:
-    if spec.slo_policy_ref is None:
-        return (
-            SLOPolicySpec(),
-            "",
-            Cond(C.POLICY_BOUND, True, C.DEFAULT_POLICY, "No spec.sloPolicyRef; using defaults"),
-        )
-    name = spec.slo_policy_ref.name
-    obj = kube.get_custom("SLOPolicy", namespace, name)
-    if obj is None:
-        return (
-            None,
-            name,
-            Cond(
-                C.POLICY_BOUND,
-                False,
-                C.POLICY_NOT_FOUND,
-                f"SLOPolicy {namespace}/{name} named in spec.sloPolicyRef.name does not exist",
-            ),
-        )
-    try:
-        policy = SLOPolicySpec.model_validate(obj.get("spec") or {})
-    except ValidationError as err:
-        return (
-            None,
-            name,
-            Cond(
-                C.POLICY_BOUND,
-                False,
-                C.POLICY_INVALID,
-                f"SLOPolicy {namespace}/{name} is invalid: {summarize(field_problems(err))}",
-            ),
-        )
-    return policy, name, Cond(C.POLICY_BOUND, True, C.POLICY_RESOLVED, f"Bound to SLOPolicy {name}")
-
-
-def _replicas(status: InferenceServiceStatus, lo: int, hi: int) -> int:
+def desired_replicas(status: InferenceServiceStatus, lo: int, hi: int) -> int:
+    """The controller's last replica count clamped into the bounds; the minimum at first
+    (at least one replica unless the bounds allow zero only)."""
     current = status.desired_replicas
     if current is None:
         return lo if lo > 0 else 1 if hi > 0 else 0
@@ -110,21 +73,22 @@ def _replicas(status: InferenceServiceStatus, lo: int, hi: int) -> int:
 
 
 def reconcile_service_sync(
-    kube: Kube,
+    kube: KubeWriter,
     body: Mapping[str, Any],
+    snap: Snapshot,
     now: datetime,
     settings: Settings,
-    nodes: Sequence[NodeInfo] | None = None,
+    applied: AppliedCache | None = None,
 ) -> Outcome:
-    """``nodes``: pass one listing to a whole pass over many services (one LIST, not N)."""
+    """One reconcile of ``body`` against the cached ``snap``; blocking (run in a thread)."""
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    generation = meta.get("generation")
     old_status = InferenceServiceStatus.model_validate(body.get("status") or {})
     new = old_status.model_copy(deep=True)
-    new.observed_generation = generation
+    new.observed_generation = meta.get("generation")
     conds: list[Cond] = []
     outcome = Outcome(status={})
+    applied = applied if applied is not None else AppliedCache()
 
     try:
         spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
@@ -138,7 +102,8 @@ def reconcile_service_sync(
         return _report(kube, body, old_status, new, conds, now, outcome)
     conds.append(Cond(C.SPEC_VALID, True, C.VALID, "Spec is valid"))
 
-    policy, policy_name, bound = _policy_spec(kube, namespace, spec)
+    ref = spec.slo_policy_ref.name if spec.slo_policy_ref else None
+    policy, bound = policy_condition(namespace, ref, snap.policy(namespace, ref) if ref else None)
     conds.append(bound)
     if policy is None:
         conds.append(Cond(C.READY, False, bound.reason, bound.message))
@@ -146,63 +111,55 @@ def reconcile_service_sync(
         return _report(kube, body, old_status, new, conds, now, outcome)
 
     lo, hi = initial_replicas(spec, policy)
-    replicas = _replicas(old_status, lo, hi)
-    if nodes is None:
-        nodes = kube.list_nodes()
-    pools = discover_pools(nodes)
+    replicas = desired_replicas(old_status, lo, hi)
     result = plan_service(
         name=name,
         namespace=namespace,
         uid=meta.get("uid", ""),
         spec=spec,
         policy=policy,
-        policy_name=policy_name,
-        pools=pools,
-        nodes=nodes,
+        policy_name=ref or "",
+        pools=discover_pools(snap.nodes),
+        nodes=snap.nodes,
         replicas=replicas,
         restart_limit=old_status.batch_limit,
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
     )
     if isinstance(result, Problem):
-        hw_ok = result.reason == C.ENGINE_INFEASIBLE
-        msg = f"{result.field}: {result.message}"
-        conds.append(
-            Cond(C.HARDWARE_RESOLVED, hw_ok, result.reason if not hw_ok else C.HARDWARE_FOUND,
-                 msg if not hw_ok else "GPU pools found")
-        )
-        conds.append(Cond(C.READY, False, result.reason, msg))
+        conds += problem_conditions(result.reason, result.field, result.message)
         # Nothing is torn down: existing replicas keep serving while the spec is fixed.
         outcome.retry_after = 60
         return _report(kube, body, old_status, new, conds, now, outcome)
 
     plan: ServicePlan = result
     eng = plan.engine
-    known = plan.pool.resolution.hardware is not None and plan.pool.resolution.hardware.known
-    conds.append(
-        Cond(
-            C.HARDWARE_RESOLVED,
-            True,
-            C.HARDWARE_FOUND if known else C.UNKNOWN_GPU,
-            ("" if known else f"{plan.pool.resolution.message}; conservative settings: ") +
-            f"{plan.pool.product} pool ({len(plan.pool.nodes)} nodes, "
-            f"{plan.pool.gpus_per_node} GPUs each): dtype {eng.dtype}, "
-            f"quantization {eng.quantization or 'none'}, KV cache {eng.kv_cache_dtype}, "
-            f"tensor parallel {eng.tensor_parallel_size}",
-        )
-    )
-    # The SLO loop (Prometheus) sets this; until it runs, say so rather than stay silent.
+    hw = plan.pool.resolution.hardware
+    conds.append(hardware_condition(
+        hw is not None and hw.known, plan.pool.resolution.message, plan.pool.product,
+        len(plan.pool.nodes), plan.pool.gpus_per_node,
+        f"dtype {eng.dtype}, quantization {eng.quantization or 'none'}, "
+        f"KV cache {eng.kv_cache_dtype}, tensor parallel {eng.tensor_parallel_size}",
+    ))
+    # The SLO loop sets this; until it runs, say so rather than stay silent.
     if not any(c.type == C.SLO_COMPLIANT for c in old_status.conditions):
         conds.append(Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS,
                           "No latency observations yet"))
+
+    dep = snap.deployment(namespace, name)
+    if dep is None or dep.spec_replicas != replicas:
+        applied.forget("Deployment", namespace, instance_name(name))
+    stamp = now.timestamp()
     for obj in build_all(plan.render):
+        if applied.fresh(obj, stamp):
+            continue
         kube.apply(obj)
+        applied.remember(obj, stamp)
         outcome.applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
 
-    dep = kube.get_deployment(namespace, f"{name}-vllm")
-    pods = kube.list_pods(namespace, selector_labels(plan.render))
+    pods = snap.pods_of(namespace, name)
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
-    limit = live_limit(policy, plan.engine.max_num_seqs, old_status.batch_limit)
+    limit = live_limit(policy, eng.max_num_seqs, old_status.batch_limit)
     patched = apply_live_limit(kube, namespace, pods, limit)
     outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
 
@@ -210,14 +167,14 @@ def reconcile_service_sync(
     new.replicas = dep.replicas if dep else 0
     new.ready_replicas = dep.ready_replicas if dep else 0
     new.hardware = plan.hardware_status
-    new.engine_args = list(plan.engine.args)
+    new.engine_args = list(eng.args)
     new.engine_notes = list(plan.notes)
     new.batch_limit = limit
     return _report(kube, body, old_status, new, conds, now, outcome)
 
 
 def _report(
-    kube: Kube,
+    kube: KubeWriter,
     body: Mapping[str, Any],
     old: InferenceServiceStatus,
     new: InferenceServiceStatus,
@@ -233,24 +190,20 @@ def _report(
     if status != dump(old):
         meta = body["metadata"]
         kube.patch_status("InferenceService", meta["namespace"], meta["name"], status)
-    for c in transitions(old.conditions, new.conditions):
-        _event_for(kube, body, c, now)
+    for ev in choose_events(transitions(old.conditions, new.conditions)):
+        kube.event(body, ev.type, ev.reason, ev.message, now)
     return outcome
 
 
-def _event_for(kube: Kube, body: Mapping[str, Any], c: Condition, now: datetime) -> None:
-    warn = (c.type in _WARN_ON_FALSE and c.status == "False") or c.reason == C.UNKNOWN_GPU
-    if not warn and c.type not in (C.READY, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT):
-        return
-    kube.event(body, "Warning" if warn else "Normal", c.reason, c.message, now)
-
-
 async def reconcile_service(
-    kube: Kube,
+    kube: KubeWriter,
     body: Mapping[str, Any],
+    snap: Snapshot,
     now: datetime,
     settings: Settings,
-    nodes: Sequence[NodeInfo] | None = None,
+    applied: AppliedCache | None = None,
 ) -> Outcome:
-    # The kubernetes client is synchronous; keep the event loop free for other objects.
-    return await asyncio.to_thread(reconcile_service_sync, kube, body, now, settings, nodes)
+    """The kubernetes client is synchronous: run the reconcile in a worker thread."""
+    return await asyncio.to_thread(
+        reconcile_service_sync, kube, body, snap, now, settings, applied
+    )

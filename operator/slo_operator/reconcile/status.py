@@ -1,31 +1,33 @@
-"""Status of an InferenceService computed from observations (pure)."""
+"""Status of an InferenceService computed from observations (pure).
+
+Conditions and the Events that announce them are chosen here, from values passed in;
+``service`` only moves the results to the Kubernetes adapter.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
+from slo_operator.api.cluster import DeploymentObs, PodObs
 from slo_operator.api.conditions import Cond
+from slo_operator.api.errors import field_problems, summarize
+from slo_operator.api.models import Condition, SLOPolicySpec
 
-
-@dataclass(frozen=True)
-class DeploymentObs:
-    replicas: int = 0
-    ready_replicas: int = 0
-    updated_replicas: int = 0
-    generation: int = 0
-    observed_generation: int = 0
-
-
-@dataclass(frozen=True)
-class PodObs:
-    name: str
-    phase: str
-    unschedulable: bool = False
-    message: str = ""
-    # The pod's live in-flight limit annotation as an int; None when absent or not a number.
-    inflight_limit: int | None = None
+__all__ = [
+    "DeploymentObs",
+    "EventSpec",
+    "PodObs",
+    "choose_events",
+    "hardware_condition",
+    "policy_condition",
+    "problem_conditions",
+    "rollout_conditions",
+]
 
 
 def rollout_conditions(
@@ -68,3 +70,79 @@ def rollout_conditions(
              f"{ready}/{desired} replicas ready"),
         Cond(C.PROGRESSING, True, C.ROLLING_OUT, f"Rolling out: {ready}/{desired} replicas ready"),
     ]
+
+
+def policy_condition(
+    namespace: str, ref: str | None, body: Mapping[str, Any] | None
+) -> tuple[SLOPolicySpec | None, Cond]:
+    """The policy a service runs under and its PolicyBound condition.
+
+    ``ref`` is spec.sloPolicyRef.name (None: defaults); ``body`` the SLOPolicy as cached.
+    """
+    if ref is None:
+        return SLOPolicySpec(), Cond(
+            C.POLICY_BOUND, True, C.DEFAULT_POLICY, "No spec.sloPolicyRef; using defaults"
+        )
+    if body is None:
+        return None, Cond(
+            C.POLICY_BOUND, False, C.POLICY_NOT_FOUND,
+            f"SLOPolicy {namespace}/{ref} named in spec.sloPolicyRef.name does not exist",
+        )
+    try:
+        policy = SLOPolicySpec.model_validate(body.get("spec") or {})
+    except ValidationError as err:
+        return None, Cond(
+            C.POLICY_BOUND, False, C.POLICY_INVALID,
+            f"SLOPolicy {namespace}/{ref} is invalid: {summarize(field_problems(err))}",
+        )
+    return policy, Cond(C.POLICY_BOUND, True, C.POLICY_RESOLVED, f"Bound to SLOPolicy {ref}")
+
+
+def problem_conditions(reason: str, field: str, message: str) -> list[Cond]:
+    """HardwareResolved and Ready for a service that cannot be planned.
+
+    An engine problem means the hardware was found but the model does not run on it.
+    """
+    msg = f"{field}: {message}"
+    if reason == C.ENGINE_INFEASIBLE:
+        hw = Cond(C.HARDWARE_RESOLVED, True, C.HARDWARE_FOUND, "GPU pools found")
+    else:
+        hw = Cond(C.HARDWARE_RESOLVED, False, reason, msg)
+    return [hw, Cond(C.READY, False, reason, msg)]
+
+
+def hardware_condition(
+    known: bool, unknown_message: str, product: str, nodes: int, gpus_per_node: int,
+    engine_summary: str,
+) -> Cond:
+    """HardwareResolved for a planned service; unknown products run conservative settings."""
+    prefix = "" if known else f"{unknown_message}; conservative settings: "
+    return Cond(
+        C.HARDWARE_RESOLVED, True, C.HARDWARE_FOUND if known else C.UNKNOWN_GPU,
+        f"{prefix}{product} pool ({nodes} nodes, {gpus_per_node} GPUs each): {engine_summary}",
+    )
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """One core/v1 Event to post: ``type`` is Normal or Warning."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def choose_events(changed: Sequence[Condition]) -> list[EventSpec]:
+    """Events for condition transitions: Warning for problems, Normal for the states a user
+    watches (Ready, HardwareResolved, SLOCompliant, MetricsAvailable, ScalingLimited);
+    bookkeeping conditions (Progressing, SpecValid and PolicyBound when True) post none."""
+    out = []
+    for c in changed:
+        warn = (c.type in C.WARN_WHEN_FALSE and c.status == "False") or (
+            c.type in C.WARN_WHEN_TRUE and c.status == "True"
+        ) or c.reason in C.WARNING_REASONS
+        if warn:
+            out.append(EventSpec("Warning", c.reason, c.message))
+        elif c.type in C.NORMAL_EVENT_TYPES:
+            out.append(EventSpec("Normal", c.reason, c.message))
+    return out

@@ -66,9 +66,14 @@ class RenderInput:
     node_gpu_label: str = ""
 
 
-def _instance_name(inp: RenderInput) -> str:
+def instance_name(service: str) -> str:
+    """Name of the service's Deployment and PodDisruptionBudget."""
     # "-vllm" keeps the Deployment name distinct from the InferenceService in kubectl output.
-    return f"{inp.name}-vllm"
+    return f"{service}-vllm"
+
+
+def _instance_name(inp: RenderInput) -> str:
+    return instance_name(inp.name)
 
 
 def selector_labels(inp: RenderInput) -> dict[str, str]:

@@ -1,0 +1,69 @@
+"""The writes ``reconcile`` needs from Kubernetes, as a small protocol.
+
+Reads come from a :class:`~slo_operator.api.cluster.Snapshot` (watch caches), so the
+protocol holds writes only; ``adapters.kube.Kube`` implements it against the API server
+and ``tests/unit/reconcile`` against an in-memory fake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class KubeWriter(Protocol):
+    def apply(self, obj: Mapping[str, Any]) -> None:
+        """Server-side apply of one rendered object."""
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch one pod's metadata."""
+
+    def patch_status(
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch a custom resource's status subresource."""
+
+    def event(
+        self, involved: Mapping[str, Any], event_type: str, reason: str, message: str,
+        now: datetime,
+    ) -> None:
+        """Post one core/v1 Event on ``involved``."""
+
+
+def digest(obj: Mapping[str, Any]) -> str:
+    """Stable hash of a rendered object."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class AppliedCache:
+    """Hashes of what was last applied, so unchanged objects are not re-sent.
+
+    The caller forgets an entry when the watch cache shows the object gone or drifted
+    (the Deployment missing, or its replicas not the ones applied); every entry also
+    expires after ``ttl`` seconds, so objects the operator does not watch (Service,
+    PodDisruptionBudget) and other writers' edits are re-asserted within that time.
+    """
+
+    ttl: float = 600.0
+    entries: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+
+    @staticmethod
+    def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+        meta = obj["metadata"]
+        return (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+
+    def fresh(self, obj: Mapping[str, Any], now: float) -> bool:
+        """True when ``obj`` equals what was applied less than ``ttl`` ago."""
+        entry = self.entries.get(self.key(obj))
+        return entry is not None and entry[0] == digest(obj) and now - entry[1] < self.ttl
+
+    def remember(self, obj: Mapping[str, Any], now: float) -> None:
+        self.entries[self.key(obj)] = (digest(obj), now)
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        self.entries.pop((kind, namespace, name), None)

@@ -1,0 +1,41 @@
+"""An in-memory stand-in for the Kubernetes writes ``reconcile`` makes (KubeWriter)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class FakeKube:
+    """Records every write; ``objects`` holds the last applied body by (kind, ns, name)."""
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    applies: list[tuple[str, str]] = field(default_factory=list)
+    pod_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def apply(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(dict(obj))
+        self.applies.append((obj["kind"], meta["name"]))
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.pod_patches.append((name, copy.deepcopy(dict(patch))))
+
+    def patch_status(
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        self.statuses.append(copy.deepcopy(dict(status)))
+
+    def event(self, involved: Mapping[str, Any], event_type: str, reason: str, message: str,
+              now: datetime) -> None:
+        self.events.append((event_type, reason, message))
+
+    @property
+    def writes(self) -> int:
+        return len(self.applies) + len(self.pod_patches) + len(self.statuses) + len(self.events)
