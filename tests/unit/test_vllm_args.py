@@ -13,10 +13,7 @@ from slo_operator.engine import VllmArgSpec, validate, validate_extra_args
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
 PACKAGED = (
-    Path(__file__).resolve().parents[2]
-    / "operator"
-    / "slo_operator"
-    / "data"
+    Path(__file__).resolve().parents[2] / "runtime" / "slo_runtime" / "data"
     / "serve-args-vllm-0.32.0.json"
 )
 

@@ -26,6 +26,7 @@ from slo_operator.engine.types import (
 )
 from slo_operator.engine.vllm_args import ParsedOption, VllmArgSpec
 from slo_operator.hardware import HardwareClass
+from slo_runtime.contract import FP8_KV_CACHE_DTYPES, FP8_QUANT_METHODS
 
 # Below vLLM's own default (0.92 in the 0.32.0 serve-args capture) to leave room for the
 # in-pod runtime gateway and allocator fragmentation.
@@ -65,10 +66,9 @@ F_MAX_BATCH = "spec.batching.maxBatch"  # on the SLOPolicy
 # Options the operator owns; extra args may not set them.
 RESERVED_DESTS = {"model": "spec.model.name"}
 
-_FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
-_FP8_CHECKPOINTS = frozenset(
-    {"fp8", "fbgemm_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel"}
-)
+# One home for both sets, shared with the in-pod launcher.
+_FP8_KV = FP8_KV_CACHE_DTYPES
+_FP8_CHECKPOINTS = FP8_QUANT_METHODS
 
 
 def cudagraph_capture_sizes(max_seqs: int) -> tuple[int, ...]:

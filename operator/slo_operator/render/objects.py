@@ -13,25 +13,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slo_operator.api.models import API_VERSION, GROUP
+from slo_operator.api.models import API_VERSION
+from slo_runtime.contract import (
+    ANNOTATION_ENGINE_HASH,
+    ANNOTATION_INFLIGHT_LIMIT,
+    ENV_ENGINE_ARGS,
+    ENV_EXPECTED_COMPUTE_CAPABILITY,
+    ENV_EXPECTED_GPU_COUNT,
+    ENV_EXPECTED_GPU_PRODUCT,
+    ENV_FP8_POLICY,
+    ENV_INFLIGHT_LIMIT,
+    ENV_INFLIGHT_LIMIT_FILE,
+    ENV_PROBE_FILE,
+    ENV_VLLM_HOST,
+    ENV_VLLM_PORT,
+    GATEWAY_METRICS_PATH,
+    GATEWAY_PORT,
+    HEALTH_PATH,
+    LABEL_GPU,
+    LABEL_MANAGED_BY,
+    LABEL_POLICY,
+    LABEL_SERVICE,
+    LABEL_TENANT,
+    LIMIT_DIR,
+    LIMIT_FILE,
+    LIMIT_FILE_NAME,
+    LIMIT_VOLUME,
+    MANAGED_BY,
+    PROBE_FILE,
+    RUN_DIR,
+    RUNTIME_MOUNT,
+    VLLM_HOST,
+    VLLM_PORT,
+)
 
-# Ports: the in-pod gateway is what clients, probes and Prometheus reach; vLLM listens
-# behind it on 127.0.0.1:8001 only. The gateway serves its own metrics on /metrics and
-# forwards vLLM's on /engine/metrics (docs/runtime.md).
-GATEWAY_PORT = 8000
-VLLM_PORT = 8001
-
-LABEL_SERVICE = f"{GROUP}/service"
-LABEL_TENANT = f"{GROUP}/tenant"
-LABEL_POLICY = f"{GROUP}/policy"
-LABEL_GPU = f"{GROUP}/gpu-product"
-ANNOTATION_INFLIGHT_LIMIT = f"{GROUP}/inflight-limit"
-ANNOTATION_ENGINE_HASH = f"{GROUP}/engine-hash"
-MANAGED_BY = "slo-operator"
-
-RUNTIME_MOUNT = "/opt/slo-runtime"
-LIMIT_DIR = "/etc/slo-runtime"
-RUN_DIR = "/var/run/slo-runtime"
+# Ports, names, paths and env variables are the operator<->runtime contract; they live
+# once, in slo_runtime.contract. The gateway is what clients, probes and Prometheus reach;
+# vLLM listens behind it on loopback only (docs/runtime.md).
+__all__ = [
+    "ANNOTATION_ENGINE_HASH",
+    "ANNOTATION_INFLIGHT_LIMIT",
+    "GATEWAY_PORT",
+    "LABEL_GPU",
+    "LABEL_POLICY",
+    "LABEL_SERVICE",
+    "LABEL_TENANT",
+    "MANAGED_BY",
+    "VLLM_PORT",
+]
 
 
 @dataclass(frozen=True)
@@ -88,7 +117,7 @@ def common_labels(inp: RenderInput) -> dict[str, str]:
     labels = {
         **selector_labels(inp),
         "app.kubernetes.io/component": "inference",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_MANAGED_BY: MANAGED_BY,
         "app.kubernetes.io/part-of": "slo-operator",
         LABEL_TENANT: inp.tenant or inp.namespace,
     }
@@ -150,14 +179,14 @@ def engine_hash(inp: RenderInput) -> str:
 
 def _vllm_container(inp: RenderInput) -> dict[str, Any]:
     env = [
-        {"name": "SLO_ENGINE_ARGS", "value": json.dumps(list(inp.engine_args))},
-        {"name": "SLO_VLLM_HOST", "value": "127.0.0.1"},
-        {"name": "SLO_VLLM_PORT", "value": str(VLLM_PORT)},
-        {"name": "SLO_EXPECTED_GPU_PRODUCT", "value": inp.node_gpu_label or inp.gpu_product},
-        {"name": "SLO_EXPECTED_COMPUTE_CAPABILITY", "value": inp.expected_compute_capability},
-        {"name": "SLO_EXPECTED_GPU_COUNT", "value": str(inp.gpus_per_replica)},
-        {"name": "SLO_FP8_POLICY", "value": inp.fp8_policy},
-        {"name": "SLO_PROBE_FILE", "value": f"{RUN_DIR}/probe.json"},
+        {"name": ENV_ENGINE_ARGS, "value": json.dumps(list(inp.engine_args))},
+        {"name": ENV_VLLM_HOST, "value": VLLM_HOST},
+        {"name": ENV_VLLM_PORT, "value": str(VLLM_PORT)},
+        {"name": ENV_EXPECTED_GPU_PRODUCT, "value": inp.node_gpu_label or inp.gpu_product},
+        {"name": ENV_EXPECTED_COMPUTE_CAPABILITY, "value": inp.expected_compute_capability},
+        {"name": ENV_EXPECTED_GPU_COUNT, "value": str(inp.gpus_per_replica)},
+        {"name": ENV_FP8_POLICY, "value": inp.fp8_policy},
+        {"name": ENV_PROBE_FILE, "value": PROBE_FILE},
         {"name": "PYTHONPATH", "value": RUNTIME_MOUNT},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -165,7 +194,7 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
     env += [{"name": k, "value": v} for k, v in inp.engine_env]
     gpus = str(inp.gpus_per_replica)
     # vLLM listens on loopback only; probes reach its /health through the gateway.
-    health = {"httpGet": {"path": "/health", "port": GATEWAY_PORT}}
+    health = {"httpGet": {"path": HEALTH_PATH, "port": GATEWAY_PORT}}
     return {
         "name": "vllm",
         "image": inp.engine_image,
@@ -196,21 +225,21 @@ def _gateway_container(inp: RenderInput) -> dict[str, Any]:
             "--port",
             str(GATEWAY_PORT),
             "--upstream",
-            f"http://127.0.0.1:{VLLM_PORT}",
+            f"http://{VLLM_HOST}:{VLLM_PORT}",
         ],
         "env": [
-            {"name": "SLO_INFLIGHT_LIMIT_FILE", "value": f"{LIMIT_DIR}/inflight-limit"},
-            {"name": "SLO_INFLIGHT_LIMIT", "value": str(inp.batch_ceiling)},
-            {"name": "SLO_PROBE_FILE", "value": f"{RUN_DIR}/probe.json"},
+            {"name": ENV_INFLIGHT_LIMIT_FILE, "value": LIMIT_FILE},
+            {"name": ENV_INFLIGHT_LIMIT, "value": str(inp.batch_ceiling)},
+            {"name": ENV_PROBE_FILE, "value": PROBE_FILE},
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "periodSeconds": 5},
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
         },
         "volumeMounts": [
-            {"name": "inflight-limit", "mountPath": LIMIT_DIR, "readOnly": True},
+            {"name": LIMIT_VOLUME, "mountPath": LIMIT_DIR, "readOnly": True},
             {"name": "run", "mountPath": RUN_DIR, "readOnly": True},
         ],
     }
@@ -243,11 +272,11 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
             {"name": "slo-runtime", "emptyDir": {}},
             {"name": "run", "emptyDir": {}},
             {
-                "name": "inflight-limit",
+                "name": LIMIT_VOLUME,
                 "downwardAPI": {
                     "items": [
                         {
-                            "path": "inflight-limit",
+                            "path": LIMIT_FILE_NAME,
                             "fieldRef": {
                                 "fieldPath": f"metadata.annotations['{ANNOTATION_INFLIGHT_LIMIT}']"
                             },
@@ -288,7 +317,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                         ANNOTATION_ENGINE_HASH: engine_hash(inp),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(GATEWAY_PORT),
-                        "prometheus.io/path": "/metrics",
+                        "prometheus.io/path": GATEWAY_METRICS_PATH,
                     },
                 },
                 "spec": pod_spec,
