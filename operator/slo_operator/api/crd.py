@@ -25,6 +25,18 @@ from slo_operator.api.models import (
 
 CATEGORY = "slo-operator"
 
+# What `kubectl explain` shows for the fields every object has.
+_API_VERSION_DOC = (
+    "APIVersion defines the versioned schema of this representation of an object. "
+    "Servers should convert recognized schemas to the latest internal value, and may reject "
+    "unrecognized values."
+)
+_KIND_DOC = (
+    "Kind is a string value representing the REST resource this object represents. "
+    "In CamelCase."
+)
+_METADATA_DOC = "Standard object metadata: name, namespace, labels, annotations."
+
 _DROP_KEYS = {"title"}
 
 
@@ -125,14 +137,16 @@ def _crd(
     status_model: type[BaseModel],
     columns: list[dict[str, Any]],
     spec_required: bool,
+    description: str,
 ) -> dict[str, Any]:
     spec_schema = openapi_schema(spec_model)
     root: dict[str, Any] = {
+        "description": description,
         "type": "object",
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {"type": "string", "description": _API_VERSION_DOC},
+            "kind": {"type": "string", "description": _KIND_DOC},
+            "metadata": {"type": "object", "description": _METADATA_DOC},
             "spec": spec_schema,
             "status": _status_schema(status_model),
         },
@@ -202,6 +216,11 @@ def inference_service_crd() -> dict[str, Any]:
         InferenceServiceStatus,
         columns,
         spec_required=True,
+        description=(
+            "InferenceService runs a vLLM model server (short name infsvc). slo-operator "
+            "chooses engine settings for the GPUs it lands on and moves replicas and the batch "
+            "limit to keep it inside its SLOPolicy at the lowest GPU cost."
+        ),
     )
 
 
@@ -222,6 +241,10 @@ def slo_policy_crd() -> dict[str, Any]:
         SLOPolicyStatus,
         columns,
         spec_required=False,
+        description=(
+            "SLOPolicy (short name slo) declares, per tenant or service class, what good "
+            "latency means and how InferenceServices that reference it may scale and batch."
+        ),
     )
 
 

@@ -66,6 +66,10 @@ class _Status(BaseModel):
 
 
 class Objectives(_Model):
+    """What a good SLO window is: latency and jitter targets, each at a percentile. A window is
+    good when every target is met.
+    """
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -83,33 +87,42 @@ class Objectives(_Model):
     e2e_latency_p99_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
         default=800,
         alias="e2eLatencyP99Ms",
-        description="End-to-end request latency target in milliseconds at e2ePercentile.",
+        description="End-to-end request latency target in milliseconds at e2ePercentile; "
+        "default 800.",
     )
     e2e_percentile: Annotated[float, Field(gt=0, lt=1)] = Field(
-        default=0.99, alias="e2ePercentile", description="Percentile of e2e latency, in (0,1)."
+        default=0.99, alias="e2ePercentile",
+        description="Percentile of end-to-end latency the target applies to, a fraction in "
+        "(0,1); default 0.99."
     )
     ttft_p95_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
         default=300,
         alias="ttftP95Ms",
-        description="Time-to-first-token target in milliseconds at ttftPercentile.",
+        description="Time-to-first-token target in milliseconds at ttftPercentile; default 300.",
     )
     ttft_percentile: Annotated[float, Field(gt=0, lt=1)] = Field(
-        default=0.95, description="Percentile of time to first token, in (0,1)."
+        default=0.95,
+        description="Percentile of time to first token the target applies to, a fraction in "
+        "(0,1); default 0.95."
     )
     throughput_cv_max: Annotated[float, Field(gt=0, le=10)] = Field(
         default=0.15,
         alias="throughputCVMax",
         description=(
             "Largest allowed service instability: coefficient of variation of per-request "
-            "decode rate within a window (not the CV of demand, which scaling cannot fix)."
+            "decode rate within a window (not the CV of demand, which scaling cannot fix); "
+            "a ratio, default 0.15."
         ),
     )
     inter_token_latency_ms: Annotated[int, Field(gt=0, le=600_000)] | None = Field(
         default=None,
-        description="Optional inter-token latency target (length-free alternative to e2e).",
+        description="Optional inter-token latency target in milliseconds at "
+        "interTokenPercentile (a length-free alternative to the e2e target); unset: none.",
     )
     inter_token_percentile: Annotated[float, Field(gt=0, lt=1)] = Field(
-        default=0.99, description="Percentile of inter-token latency, in (0,1)."
+        default=0.99,
+        description="Percentile of inter-token latency the target applies to, a fraction in "
+        "(0,1); default 0.99."
     )
 
     @model_validator(mode="after")
@@ -125,6 +138,8 @@ class Objectives(_Model):
 
 
 class Scaling(_Model):
+    """How far and how fast the operator may change the replica count of each bound service."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -143,28 +158,32 @@ class Scaling(_Model):
     )
 
     min_replicas: Annotated[int, Field(ge=0, le=1000)] = Field(
-        default=1, description="Fewest replicas (0 only with scaleToZero)."
+        default=1, description="Fewest replicas per service (0 only with scaleToZero); default 1."
     )
     max_replicas: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=8, description="Most replicas."
+        default=8, description="Most replicas per service; default 8."
     )
     scale_up_stabilization: str = Field(
         default="0s",
         pattern=DURATION_PATTERN,
-        description="Window over which the highest recommendation is used before scaling up.",
+        description="Stabilization window before scaling up, as a duration (e.g. 30s): "
+        "recommendations within it are combined before adding replicas; default 0s (at once).",
     )
     scale_down_stabilization: str = Field(
         default="300s",
         pattern=DURATION_PATTERN,
-        description="Window over which the highest recommendation is used before scaling down.",
+        description="Stabilization window before scaling down, as a duration: the highest "
+        "recommendation within it is used, so load dips do not remove replicas; default 300s.",
     )
     max_scale_up_step: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=4, description="Most replicas added in one decision."
+        default=4, description="Most replicas added in one decision; default 4."
     )
     max_scale_down_step: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=1, description="Most replicas removed in one decision."
+        default=1, description="Most replicas removed in one decision; default 1."
     )
-    scale_to_zero: bool = Field(default=False, description="Allow zero replicas when idle.")
+    scale_to_zero: bool = Field(default=False,
+    description="Allow zero replicas when idle (cold start on the next request); default "
+        "false.")
 
     @model_validator(mode="after")
     def _bounds(self) -> Scaling:
@@ -181,6 +200,8 @@ class Scaling(_Model):
 
 
 class Batching(_Model):
+    """How the operator moves each replica's in-flight request limit (batch limit)."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -197,14 +218,16 @@ class Batching(_Model):
         default="live",
         description=(
             "live: the in-pod gateway enforces the limit without restarts; restart: change "
-            "vLLM's --max-num-seqs with a rolling restart; off: never change the limit."
+            "vLLM's --max-num-seqs with a rolling restart; off: never change the limit. Default "
+            "live."
         ),
     )
     min_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
-        default=8, description="Smallest in-flight limit per replica."
+        default=8, description="Smallest in-flight request limit per replica (requests); default 8."
     )
     max_batch: Annotated[int, Field(ge=1, le=4096)] = Field(
-        default=256, description="Largest in-flight limit per replica (vLLM --max-num-seqs)."
+        default=256, description="Largest in-flight request limit per replica (requests; vLLM "
+        "--max-num-seqs is pinned to it); default 256."
     )
 
     @model_validator(mode="after")
@@ -218,141 +241,250 @@ class Batching(_Model):
 
 
 class SLOPolicySpec(_Model):
-    objectives: Objectives = Field(default_factory=Objectives)
+    """Service-level objectives and the scaling, batching and GPU rules for every InferenceService
+    that names this policy in spec.sloPolicyRef. Every field has a default; an empty spec is a
+    valid policy.
+    """
+
+    objectives: Objectives = Field(
+        default_factory=Objectives,
+        description="Latency and jitter targets; defaults: e2e P99 800 ms, TTFT P95 300 ms, "
+        "jitter CV 0.15.",
+    )
     window: str = Field(
-        default="60s", pattern=DURATION_PATTERN, description="Length of one SLO window."
+        default="60s", pattern=DURATION_PATTERN,
+        description="Length of one SLO window, as a duration (60s, 5m, 1h); default 60s. Each "
+        "window is judged good or bad as a whole."
     )
     attainment_target: Annotated[float, Field(gt=0, le=1)] = Field(
-        default=0.99, description="Fraction of good windows required over attainmentPeriod."
+        default=0.99,
+        description="Fraction of good windows required over attainmentPeriod, in (0,1]; "
+        "default 0.99. The error budget is 1 - attainmentTarget."
     )
     attainment_period: str = Field(
-        default="1h", pattern=DURATION_PATTERN, description="Rolling period for attainment."
+        default="1h", pattern=DURATION_PATTERN,
+        description="Rolling period over which attainment and the error budget are counted, "
+        "as a duration (e.g. 1h, 720h); default 1h."
     )
-    scaling: Scaling = Field(default_factory=Scaling)
-    batching: Batching = Field(default_factory=Batching)
+    scaling: Scaling = Field(
+        default_factory=Scaling,
+        description="Replica bounds, stabilization windows and step limits; defaults: 1 to 8 "
+        "replicas, +4/-1 per decision, 300s scale-down stabilization.",
+    )
+    batching: Batching = Field(
+        default_factory=Batching,
+        description="Batch-limit actuation; defaults: mode live, 8 to 256 in-flight requests "
+        "per replica.",
+    )
     priority: Annotated[int, Field(ge=0, le=1_000_000)] = Field(
-        default=0, description="Higher priority services get scarce GPUs first."
+        default=0, description="Priority when GPUs are short, 0 to 1000000; default 0. Services of "
+        "higher-priority policies get scarce GPUs first."
     )
     gpu_budget: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
-        default=None, description="Most GPUs all services bound to this policy may use together."
+        default=None,
+        description="Most GPUs all services bound to this policy may use together (count of "
+        "GPUs); unset means no budget."
     )
     allow_quantization: bool = Field(
-        default=True, description="false forbids FP8 weights and FP8 KV cache for this tenant."
+        default=True,
+        description="false forbids FP8 weights and FP8 KV cache for this tenant; default true."
     )
     tenant: str | None = Field(
         default=None,
         max_length=63,
         pattern=DNS_LABEL_PATTERN,
-        description="Tenant name used in metric labels; defaults to the namespace.",
+        description="Tenant name (DNS label) used in metric labels and dashboards; defaults to "
+        "the namespace.",
     )
 
 
 class Condition(_Status):
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
+    """A condition in the Kubernetes style; types and reasons: docs/status-and-events.md."""
+
+    type: str = Field(description="Condition type, e.g. Ready, Progressing, SLOCompliant.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One-word CamelCase reason for the status.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        default=None, description="When status last changed (RFC 3339, UTC)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the condition was computed for."
+    )
 
 
 class SLOPolicyStatus(_Status):
-    observed_generation: int | None = None
-    bound_services: list[str] = Field(default_factory=list)
-    bound_count: int | None = None
-    attainment: float | None = None
-    error_budget_remaining: float | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    """Written by slo-operator only: bound services, attainment, error budget, conditions."""
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was computed for."
+    )
+    bound_services: list[str] = Field(
+        default_factory=list, description="Names of the InferenceServices that reference "
+        "this policy."
+    )
+    bound_count: int | None = Field(default=None, description="Number of bound services.")
+    attainment: float | None = Field(
+        default=None, description="Fraction of good windows over spec.attainmentPeriod, "
+        "worst bound service, 0 to 1."
+    )
+    error_budget_remaining: float | None = Field(
+        default=None, description="Fraction of the error budget left over "
+        "spec.attainmentPeriod (1 = untouched, below 0 = overspent)."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready (Valid or InvalidSpec)."
+    )
 
 
 # ---------------------------------------------------------------------------- InferenceService
 
 
 class ModelSpec(_Model):
+    """The model to serve and the shape facts that size memory, KV cache and tensor parallelism."""
+
     name: str = Field(
         min_length=1,
         max_length=512,
-        description="Model to serve: a Hugging Face id or a path inside the image/volume.",
+        description="Model to serve: a Hugging Face id or a path inside the image or a volume "
+        "(required).",
     )
     served_name: str | None = Field(
-        default=None, max_length=253, description="Name clients send in the 'model' field."
+        default=None, max_length=253,
+        description="Name clients send in the 'model' field; defaults to model.name."
     )
     size_billions: Annotated[float, Field(gt=0, le=10_000)] = Field(
-        description="Parameter count in billions; sizes tensor parallelism and memory."
+        description="Parameter count in billions (required); sizes weight memory and tensor "
+        "parallelism."
     )
     max_model_len: Annotated[int, Field(ge=16, le=10_000_000)] | None = Field(
-        default=None, description="Longest context (prompt + output) in tokens."
+        default=None,
+        description="Longest context (prompt + output) in tokens; unset: the model's own."
     )
     num_layers: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
-        default=None, description="Transformer layers (refines KV-cache sizing)."
+        default=None,
+        description="Number of transformer layers (refines KV-cache sizing); unset: estimated "
+        "from the size."
     )
     num_kv_heads: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
-        default=None, alias="numKVHeads", description="KV heads (refines KV-cache sizing)."
+        default=None, alias="numKVHeads",
+        description="Number of key/value attention heads (refines KV-cache sizing); unset: "
+        "estimated."
     )
     head_dim: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
-        default=None, description="Attention head dimension (refines KV-cache sizing)."
+        default=None,
+        description="Attention head dimension, elements per head (refines KV-cache sizing); "
+        "unset: estimated."
     )
     quantized_checkpoint: str | None = Field(
         default=None,
         max_length=64,
-        description="Set when the checkpoint is already quantized (e.g. fp8, awq).",
+        description="Quantization the checkpoint already has (e.g. fp8, awq); unset: none, "
+        "the operator may quantize per engine.precision.",
     )
 
 
 class EnvVar(_Model):
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str = Field(default="", max_length=32768)
+    """An environment variable for the vLLM container."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name (a C identifier, dots and dashes allowed).",
+    )
+    value: str = Field(default="", max_length=32768, description="Value; default empty.")
 
 
 class EngineSpec(_Model):
+    """vLLM engine settings. Unset fields are chosen by the operator for the GPU the replicas land
+    on (status.engineArgs shows the result).
+    """
+
     image: str = Field(
         default="vllm/vllm-openai:v0.32.0", min_length=1, max_length=512,
-        description="vLLM container image.",
+        description="vLLM container image; default vllm/vllm-openai:v0.32.0.",
     )
     precision: Precision = Field(
         default="auto",
-        description="auto picks FP8 weights only where the GPU runs FP8 natively.",
+        description="Weight precision (auto, bf16, fp16, fp8); default auto, which picks "
+        "FP8 weights only where the GPU runs FP8 natively and a measured profile found it "
+        "faster.",
     )
     kv_cache_dtype: KvCacheDtype = Field(
-        default="auto", description="KV-cache dtype; auto picks fp8 where it is safe."
+        default="auto",
+        description="KV-cache dtype; default auto, which picks fp8 where it is safe (halves "
+        "KV memory, so more requests fit)."
     )
     tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = Field(
-        default=None, description="Override the tensor-parallel size derived from model bytes."
+        default=None,
+        description="Tensor-parallel size (GPUs one replica's model is split over); unset: "
+        "derived from model bytes, KV needs and GPU memory."
     )
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
-    max_num_batched_tokens: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None,
+        description="Fraction of each GPU's memory vLLM may use, in (0,1] (vLLM "
+        "--gpu-memory-utilization); unset: vLLM's default 0.9.",
+    )
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
+        default=None,
+        description="Tokens per engine step (vLLM --max-num-batched-tokens, the chunked-prefill "
+        "budget that sets inter-token latency); unset: chosen per GPU.",
+    )
     extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list,
         max_length=128,
-        description="Extra vllm serve arguments; they win over generated ones.",
+        description="Extra vllm serve arguments, at most 128; they win over generated ones.",
     )
-    env: list[EnvVar] = Field(default_factory=list, max_length=128)
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=128,
+        description="Environment variables for the vLLM container, at most 128.",
+    )
 
 
 class Toleration(_Model):
-    key: str | None = Field(default=None, max_length=316)
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(default=None, max_length=63)
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    """A toleration added to every replica's pod (as in a Pod's spec.tolerations)."""
+
+    key: str | None = Field(
+        default=None, max_length=316, description="Taint key; empty with Exists matches all."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists or Equal; default Equal."
+    )
+    value: str | None = Field(
+        default=None, max_length=63, description="Taint value to match with Equal."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="Seconds a NoExecute taint is tolerated before eviction; unset: forever.",
+    )
 
 
 class HardwareSpec(_Model):
+    """Which GPUs may run the replicas and how many each replica gets."""
+
     gpu_products: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list,
         max_length=32,
         description="Preferred GPU products in order (e.g. H100, A100-80GB); empty means any.",
     )
     gpus_per_replica: Annotated[int, Field(ge=1, le=64)] | None = Field(
-        default=None, description="GPUs per replica; derived from the model when unset."
+        default=None,
+        description="GPUs per replica (count); unset: derived from the model and GPU memory."
     )
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
         default_factory=dict, description="Extra node labels every replica's node must carry."
     )
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=64,
+        description="Tolerations for every replica's pod (e.g. for tainted GPU nodes).",
+    )
 
 
 class ReplicaBounds(_Model):
+    """Bounds that narrow the policy's spec.scaling.minReplicas/maxReplicas for this service."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -365,8 +497,12 @@ class ReplicaBounds(_Model):
         }
     )
 
-    min: Annotated[int, Field(ge=0, le=1000)] | None = None
-    max: Annotated[int, Field(ge=1, le=1000)] | None = None
+    min: Annotated[int, Field(ge=0, le=1000)] | None = Field(
+        default=None, description="Fewest replicas for this service; unset: the policy's."
+    )
+    max: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        default=None, description="Most replicas for this service; unset: the policy's."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> ReplicaBounds:
@@ -378,64 +514,141 @@ class ReplicaBounds(_Model):
 
 
 class PolicyRef(_Model):
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """Reference to an SLOPolicy in the same namespace."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Name of the SLOPolicy.",
+    )
 
 
 class InferenceServiceSpec(_Model):
-    model: ModelSpec
-    engine: EngineSpec = Field(default_factory=EngineSpec)
-    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    """A vLLM deployment whose replicas and batch limit slo-operator keeps inside the referenced
+    SLOPolicy at the lowest GPU cost.
+    """
+
+    model: ModelSpec = Field(description="The model to serve (required).")
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description="vLLM engine settings; every field is optional and chosen per GPU.",
+    )
+    hardware: HardwareSpec = Field(
+        default_factory=HardwareSpec,
+        description="GPU products, GPUs per replica, node selector and tolerations; default: "
+        "any GPU node.",
+    )
     slo_policy_ref: PolicyRef | None = Field(
-        default=None, description="SLOPolicy in the same namespace."
+        default=None, description="SLOPolicy in the same namespace; unset: the policy defaults."
     )
     replicas: ReplicaBounds = Field(
-        default_factory=ReplicaBounds, description="Bounds that narrow the policy's scaling."
+        default_factory=ReplicaBounds,
+        description="Replica bounds that narrow the policy's spec.scaling for this service."
     )
 
 
 class HardwareStatus(_Status):
-    vendor: str | None = None
-    product: str | None = None
-    architecture: str | None = None
-    compute_capability: str | None = None
-    memory_gi_b: float | None = Field(default=None, alias="memoryGiB")
-    gpus_per_replica: int | None = None
-    fp8: bool | None = None
+    """The GPU class the replicas run on, resolved from node labels."""
+
+    vendor: str | None = Field(default=None, description="GPU vendor: nvidia, amd or intel.")
+    product: str | None = Field(default=None, description="GPU product, e.g. H100-SXM.")
+    architecture: str | None = Field(default=None, description="GPU architecture, e.g. hopper.")
+    compute_capability: str | None = Field(
+        default=None, description="CUDA compute capability, e.g. 9.0 (NVIDIA only)."
+    )
+    memory_gi_b: float | None = Field(
+        default=None, alias="memoryGiB", description="Memory per GPU in GiB."
+    )
+    gpus_per_replica: int | None = Field(default=None, description="GPUs per replica (count).")
+    fp8: bool | None = Field(default=None, description="Whether the GPU runs FP8 natively.")
 
 
 class ObservedStatus(_Status):
-    e2e_p99_ms: float | None = Field(default=None, alias="e2eP99Ms")
-    ttft_ms: float | None = None
-    inter_token_ms: float | None = None
-    throughput_cv: float | None = Field(default=None, alias="throughputCV")
-    request_rate: float | None = None
-    queue: float | None = None
-    kv_cache_usage: float | None = None
-    time: str | None = None
+    """The latest signals from Prometheus over one policy window (absent: not observed)."""
+
+    e2e_p99_ms: float | None = Field(
+        default=None, alias="e2eP99Ms",
+        description="End-to-end latency at the policy's e2ePercentile, milliseconds.",
+    )
+    ttft_ms: float | None = Field(
+        default=None, description="Time to first token at the policy's ttftPercentile, "
+        "milliseconds."
+    )
+    inter_token_ms: float | None = Field(
+        default=None, description="Inter-token latency at the policy's "
+        "interTokenPercentile, milliseconds."
+    )
+    throughput_cv: float | None = Field(
+        default=None, alias="throughputCV",
+        description="Jitter: coefficient of variation of the per-request decode rate (ratio).",
+    )
+    request_rate: float | None = Field(
+        default=None, description="Finished requests per second, all replicas."
+    )
+    queue: float | None = Field(
+        default=None, description="Requests waiting (count), engine and gateway queues."
+    )
+    kv_cache_usage: float | None = Field(
+        default=None, description="Highest KV-cache use over replicas, a fraction 0 to 1."
+    )
+    time: str | None = Field(default=None, description="When observed (RFC 3339, UTC).")
 
 
 class DecisionRecord(_Status):
-    time: str
-    replicas: int
-    batch_limit: int | None = None
-    reason: str
-    message: str = ""
+    """One scaling or batching decision and why it was made."""
+
+    time: str = Field(description="When decided (RFC 3339, UTC).")
+    replicas: int = Field(description="Replicas decided (count).")
+    batch_limit: int | None = Field(
+        default=None, description="In-flight request limit per replica decided (requests)."
+    )
+    reason: str = Field(description="One-word CamelCase reason for the decision.")
+    message: str = Field(default="", description="Human-readable explanation.")
 
 
 class InferenceServiceStatus(_Status):
-    observed_generation: int | None = None
-    replicas: int | None = None
-    ready_replicas: int | None = None
-    desired_replicas: int | None = None
-    hardware: HardwareStatus | None = None
-    engine_args: list[str] = Field(default_factory=list)
-    engine_notes: list[str] = Field(default_factory=list)
-    batch_limit: int | None = None
-    observed: ObservedStatus | None = None
-    slo_compliant: bool | None = Field(default=None, alias="sloCompliant")
-    attainment: float | None = None
-    last_decisions: list[DecisionRecord] = Field(default_factory=list)
-    conditions: list[Condition] = Field(default_factory=list)
+    """Written by slo-operator only: replicas, hardware, effective engine arguments, observed
+    latency, SLO state, decisions and conditions.
+    """
+
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was computed for."
+    )
+    replicas: int | None = Field(default=None, description="Replicas of the Deployment (count).")
+    ready_replicas: int | None = Field(default=None, description="Ready replicas (count).")
+    desired_replicas: int | None = Field(
+        default=None, description="Replicas the operator last decided (count)."
+    )
+    hardware: HardwareStatus | None = Field(
+        default=None, description="The GPU class the replicas run on."
+    )
+    engine_args: list[str] = Field(
+        default_factory=list, description="The effective vllm serve arguments."
+    )
+    engine_notes: list[str] = Field(
+        default_factory=list, description="Why each engine setting was chosen."
+    )
+    batch_limit: int | None = Field(
+        default=None, description="Current in-flight request limit per replica (requests)."
+    )
+    observed: ObservedStatus | None = Field(
+        default=None, description="Latest signals from Prometheus over one policy window."
+    )
+    slo_compliant: bool | None = Field(
+        default=None, alias="sloCompliant",
+        description="Whether the last window met every objective.",
+    )
+    attainment: float | None = Field(
+        default=None, description="Fraction of good windows over the policy's "
+        "attainmentPeriod, 0 to 1."
+    )
+    last_decisions: list[DecisionRecord] = Field(
+        default_factory=list, description="The most recent decisions, newest last."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, SpecValid, PolicyBound, HardwareResolved, "
+        "SLOCompliant, MetricsAvailable, ScalingLimited.",
+    )
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
