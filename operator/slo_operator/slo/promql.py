@@ -1,0 +1,186 @@
+"""PromQL for the SLO loop: a fixed set of queries per cycle, whatever the number of services.
+
+Scrape contract (what the operator's Prometheus configuration must give every pod target):
+the labels ``namespace``, ``pod``, ``service`` (the value of the pod's
+``inference.slo-operator.io/service`` label, i.e. the InferenceService name) and ``tenant``.
+Every query aggregates ``by (namespace, service)`` and so answers for all services at
+once. The gateway's own ``tenant`` label clashes with the target's and is renamed
+``exported_tenant`` by Prometheus; the loop never groups by it.
+
+Percentiles differ per policy, so latency queries return bucket *rates* by
+``(namespace, service, le)`` and ``slo.histogram`` interpolates each service's percentile
+(``histogram_quantile`` semantics). Policy windows differ too: each range query holds one
+sub-expression per distinct window (at most ``MAX_WINDOWS``; further windows are measured
+at the nearest of those), tagged with a ``window`` label. Alternative sources of one signal
+(client-visible gateway histograms and vLLM's own; current and older vLLM names) are
+tagged with a ``source`` label and chosen per service in ``slo.signals``.
+
+So a cycle runs exactly ``len(QUERY_NAMES)`` (8) queries, within the budget of 10.
+Label values that come from user objects (namespaces in the scope filter) pass through
+``escape_label_value`` / ``regex_value`` and can never end the string they sit in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from slo_runtime import contract as c
+
+# The in-pod gateway's client-visible families (runtime/slo_runtime/gateway.py; same
+# buckets as vLLM's TTFT and e2e histograms).
+GATEWAY_TTFT = "slo_gateway_time_to_first_token_seconds"
+GATEWAY_E2E = "slo_gateway_e2e_request_latency_seconds"
+GATEWAY_QUEUE_DEPTH = "slo_gateway_queue_depth"
+
+QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "waiting", "running", "kv")
+MAX_QUERIES = 10
+MAX_WINDOWS = 4
+GROUP = "namespace, service"
+
+# Sources, in order of preference (first with samples wins), per latency query.
+E2E_SOURCES = (("gateway", GATEWAY_E2E), ("engine", c.E2E_LATENCY))
+TTFT_SOURCES = (("gateway", GATEWAY_TTFT), ("engine", c.TTFT))
+ITL_SOURCES = (
+    ("engine", c.INTER_TOKEN_LATENCY),
+    ("legacy", c.LEGACY_METRIC_NAMES[c.TIME_PER_OUTPUT_TOKEN]),
+)
+# Jitter: per-request time per output token first, per-token inter-token latency second.
+DECODE_SOURCES = (("request", c.TIME_PER_OUTPUT_TOKEN), ("token", c.INTER_TOKEN_LATENCY))
+THROUGHPUT_SIGNALS = (
+    ("requests", c.REQUEST_SUCCESS + c.COUNTER_SUFFIX),
+    ("prompt_tokens", c.PROMPT_TOKENS + c.COUNTER_SUFFIX),
+    ("generation_tokens", c.GENERATION_TOKENS + c.COUNTER_SUFFIX),
+    ("preemptions", c.NUM_PREEMPTIONS + c.COUNTER_SUFFIX),
+)
+WAITING_SOURCES = (("engine", c.NUM_REQUESTS_WAITING), ("gateway", GATEWAY_QUEUE_DEPTH))
+KV_SOURCES = (("engine", c.KV_CACHE_USAGE), ("legacy", c.LEGACY_METRIC_NAMES[c.KV_CACHE_USAGE]))
+SUM_LE = "sum"  # pseudo bucket carrying the histogram's _sum rate
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """The queries of one cycle and the window label each requested window is read at."""
+
+    queries: tuple[Query, ...]
+    windows: Mapping[int, str]
+
+    def window_label(self, seconds: float) -> str:
+        """Window label a policy window of ``seconds`` is read at."""
+        return self.windows.get(int(seconds)) or _nearest(int(seconds), self.windows.values())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def escape_label_value(value: str) -> str:
+    """Body of a double-quoted PromQL string holding ``value`` exactly."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", out)
+
+
+def regex_value(value: str) -> str:
+    """``value`` as a literal inside a PromQL (RE2) regex matcher's string."""
+    return escape_label_value(re.escape(value))
+
+
+def matcher(label: str, value: str) -> str:
+    """``label="value"`` with the value escaped."""
+    return f'{label}="{escape_label_value(value)}"'
+
+
+def any_of(label: str, values: Iterable[str]) -> str:
+    """``label=~"a|b"`` matching exactly the given values (escaped)."""
+    return f'{label}=~"{"|".join(regex_value(v) for v in sorted(set(values)))}"'
+
+
+def duration(seconds: int) -> str:
+    """PromQL duration of whole seconds."""
+    return f"{max(1, int(seconds))}s"
+
+
+def plan_windows(windows: Iterable[float]) -> dict[int, str]:
+    """Map each requested window (seconds) to the window label it is measured at."""
+    counts = Counter(max(1, int(w)) for w in windows)
+    if not counts:
+        counts[60] = 1
+    chosen = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:MAX_WINDOWS]
+    return {w: duration(w) if w in chosen else duration(_nearest_int(w, chosen)) for w in counts}
+
+
+def _nearest_int(w: int, chosen: Iterable[int]) -> int:
+    return min(chosen, key=lambda x: (abs(math.log(w / x)), x))
+
+
+def _nearest(w: int, labels: Iterable[str]) -> str:
+    secs = sorted({int(x[:-1]) for x in labels}) or [60]
+    return duration(_nearest_int(w, secs))
+
+
+def _tag(expr: str, **labels: str) -> str:
+    for k, v in labels.items():
+        expr = f'label_replace({expr}, "{k}", "{escape_label_value(v)}", "", "")'
+    return expr
+
+
+def _or(parts: Iterable[str]) -> str:
+    return " or ".join(parts)
+
+
+def build_queries(windows: Iterable[float], namespaces: Collection[str] | None = None) -> QueryPlan:
+    """The cycle's queries for services whose policy windows are ``windows`` (seconds).
+
+    ``namespaces`` limits every query to those namespaces (an operator watching a list of
+    namespaces); None means all.
+    """
+    plan = plan_windows(windows)
+    labels = sorted(set(plan.values()), key=lambda d: int(d[:-1]))
+    sel = ['namespace!=""', 'service!=""']
+    if namespaces is not None:
+        sel.append(any_of("namespace", namespaces) if namespaces else 'namespace="-"')
+    s = "{" + ", ".join(sel) + "}"
+
+    def hist(sources: tuple[tuple[str, str], ...], with_sum: bool = False) -> str:
+        parts = []
+        for w in labels:
+            for src, name in sources:
+                e = f"sum by ({GROUP}, le) (rate({name}_bucket{s}[{w}]))"
+                parts.append(_tag(e, window=w, source=src))
+                if with_sum:
+                    e = f"sum by ({GROUP}) (rate({name}_sum{s}[{w}]))"
+                    parts.append(_tag(e, window=w, source=src, le=SUM_LE))
+        return _or(parts)
+
+    def rates() -> str:
+        return _or(
+            _tag(f"sum by ({GROUP}) (rate({name}{s}[{w}]))", window=w, signal=sig)
+            for w in labels for sig, name in THROUGHPUT_SIGNALS
+        )
+
+    running = c.NUM_REQUESTS_RUNNING
+    queries = (
+        Query("e2e", hist(E2E_SOURCES)),
+        Query("ttft", hist(TTFT_SOURCES)),
+        Query("itl", hist(ITL_SOURCES)),
+        Query("decode", hist(DECODE_SOURCES, with_sum=True)),
+        Query("throughput", rates()),
+        Query("waiting", _or(_tag(f"sum by ({GROUP}) ({n}{s})", source=src)
+                             for src, n in WAITING_SOURCES)),
+        Query("running", _or([
+            _tag(f"sum by ({GROUP}) ({running}{s})", stat="sum"),
+            _tag(f"count by ({GROUP}) ({running}{s})", stat="pods"),
+            _tag(f"max by ({GROUP}) (timestamp({running}{s}))", stat="newest"),
+        ])),
+        Query("kv", _or(_tag(f"max by ({GROUP}) ({n}{s})", source=src) for src, n in KV_SOURCES)),
+    )
+    assert len(queries) <= MAX_QUERIES
+    return QueryPlan(queries=queries, windows=plan)

@@ -1,0 +1,236 @@
+"""Query results -> per-service ``Signals`` with a typed ``MetricsState`` (pure).
+
+Input is what the Prometheus HTTP API returns for an instant query (a list of
+``{"metric": {labels}, "value": [ts, "str"]}``), per query name of ``promql.QueryPlan``;
+``None`` for a query that failed. Rules (docs/slo-loop.md, "Signals"):
+
+- a value that is NaN, +-Inf or unparsable is "not observed" (``None``), never zero;
+- a service with no series in any query is ``Empty``; one whose newest sample is older
+  than ``stale_after`` seconds is ``Stale``; every query failed: ``Unavailable``;
+- no finished request, nothing waiting or running: ``NoTraffic`` (latencies ``None``);
+- a required signal missing (a failed query, or traffic without latency samples):
+  ``Partial``, with the missing names in the message;
+- latency comes from the gateway's client-visible histograms when they have samples in
+  the window, else from vLLM's own (which miss the wait in the gateway queue).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from slo_operator.api.models import Objectives
+from slo_operator.api.observe import MetricsState, ServiceKey, Signals
+from slo_operator.slo import histogram
+from slo_operator.slo.promql import (
+    DECODE_SOURCES,
+    E2E_SOURCES,
+    ITL_SOURCES,
+    KV_SOURCES,
+    QUERY_NAMES,
+    SUM_LE,
+    TTFT_SOURCES,
+    QueryPlan,
+)
+
+DEFAULT_STALE_AFTER = 120.0
+Result = Sequence[Mapping[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """What one service's policy asks of its signals."""
+
+    window_s: float = 60.0
+    e2e_percentile: float = 0.99
+    ttft_percentile: float = 0.95
+    itl_percentile: float = 0.99
+    itl_required: bool = False
+
+
+def spec_for(objectives: Objectives, window_s: float) -> SignalSpec:
+    """Signal needs of a policy's objectives and window."""
+    return SignalSpec(
+        window_s=window_s,
+        e2e_percentile=objectives.e2e_percentile,
+        ttft_percentile=objectives.ttft_percentile,
+        itl_percentile=objectives.inter_token_percentile,
+        itl_required=objectives.inter_token_latency_ms is not None,
+    )
+
+
+def number(raw: Any) -> float | None:
+    """A finite float from a Prometheus sample value, else None (NaN, Inf, garbage)."""
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class _Row:
+    labels: Mapping[str, str]
+    ts: float | None
+    value: float | None
+
+
+def _index(result: Result) -> dict[ServiceKey, list[_Row]]:
+    out: dict[ServiceKey, list[_Row]] = defaultdict(list)
+    for item in result or ():
+        if not isinstance(item, Mapping):
+            continue
+        labels = item.get("metric")
+        value = item.get("value")
+        if not isinstance(labels, Mapping) or not isinstance(value, Sequence) or len(value) != 2:
+            continue
+        ns, svc = labels.get("namespace"), labels.get("service")
+        if not isinstance(ns, str) or not isinstance(svc, str) or not ns or not svc:
+            continue
+        out[ServiceKey(ns, svc)].append(
+            _Row({str(k): str(v) for k, v in labels.items()}, number(value[0]), number(value[1]))
+        )
+    return out
+
+
+def _le(raw: str) -> float | None:
+    if raw == SUM_LE:
+        return None
+    try:
+        return float(raw)  # "+Inf" parses to inf
+    except ValueError:
+        return None
+
+
+def _histogram(rows: Iterable[_Row], window: str, sources: Sequence[tuple[str, str]]
+               ) -> tuple[str, list[tuple[float, float]], float | None] | None:
+    """(source, buckets, sum rate) of the first source with samples; None if none has any."""
+    by_src: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    sums: dict[str, float | None] = {}
+    for r in rows:
+        if r.labels.get("window") != window:
+            continue
+        src = r.labels.get("source", "")
+        if r.labels.get("le") == SUM_LE:
+            sums[src] = r.value
+            continue
+        le = _le(r.labels.get("le", ""))
+        if le is not None and r.value is not None:
+            by_src[src].append((le, r.value))
+    for src, _ in sources:
+        b = by_src.get(src, [])
+        if max((v for le, v in b if math.isinf(le)), default=0.0) > 0:
+            return src, b, sums.get(src)
+    return None
+
+
+def _ms(q: float, h: tuple[str, list[tuple[float, float]], float | None] | None) -> float | None:
+    if h is None:
+        return None
+    v = histogram.quantile(q, h[1])
+    return None if v is None else v * 1000.0
+
+
+def _pick(rows: Iterable[_Row], key: str, value: str, window: str | None = None) -> float | None:
+    vals = [r.value for r in rows
+            if r.labels.get(key) == value and (window is None or r.labels.get("window") == window)]
+    finite = [v for v in vals if v is not None]
+    return finite[0] if finite else None
+
+
+def parse_signals(
+    plan: QueryPlan,
+    results: Mapping[str, Result],
+    services: Mapping[ServiceKey, SignalSpec],
+    now: float,
+    stale_after: float = DEFAULT_STALE_AFTER,
+) -> dict[ServiceKey, Signals]:
+    """Signals of every service in ``services`` from one cycle's query results."""
+    failed = [n for n in QUERY_NAMES if results.get(n) is None]
+    if len(failed) == len(QUERY_NAMES):
+        sig = Signals(state=MetricsState.UNAVAILABLE, message="every Prometheus query failed")
+        return dict.fromkeys(services, sig)
+    idx = {n: _index(results.get(n)) for n in QUERY_NAMES}
+    return {key: _one(key, spec, plan, idx, failed, now, stale_after)
+            for key, spec in services.items()}
+
+
+def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
+         idx: Mapping[str, Mapping[ServiceKey, list[_Row]]], failed: Sequence[str],
+         now: float, stale_after: float) -> Signals:
+    rows = {n: idx[n].get(key, []) for n in QUERY_NAMES}
+    if not any(rows.values()):
+        why = f"no series for {key}"
+        if failed:
+            why += f" (failed queries: {', '.join(failed)})"
+        return Signals(state=MetricsState.EMPTY, message=why)
+    w = plan.window_label(spec.window_s)
+
+    newest = _pick(rows["running"], "stat", "newest")
+    stamps = [r.ts for rs in rows.values() for r in rs if r.ts is not None]
+    evaluated = max(stamps) if stamps else None
+    sample_time = newest if newest is not None else evaluated
+    if sample_time is not None and now - sample_time > stale_after:
+        return Signals(state=MetricsState.STALE, sample_time=sample_time,
+                       message=f"newest sample is {now - sample_time:.0f}s old "
+                               f"(bound {stale_after:.0f}s)")
+
+    e2e_h = _histogram(rows["e2e"], w, E2E_SOURCES)
+    ttft_h = _histogram(rows["ttft"], w, TTFT_SOURCES)
+    itl_h = _histogram(rows["itl"], w, ITL_SOURCES)
+    decode_h = _histogram(rows["decode"], w, DECODE_SOURCES)
+    jitter = None
+    if decode_h is not None and decode_h[2] is not None:
+        jitter = histogram.cv_lower_bound(decode_h[1], decode_h[2])
+
+    tp = rows["throughput"]
+    request_rate = _pick(tp, "signal", "requests", w)
+    waiting_parts = [r.value for r in rows["waiting"] if r.value is not None]
+    waiting = sum(waiting_parts) if waiting_parts else None
+    running = _pick(rows["running"], "stat", "sum")
+    pods = _pick(rows["running"], "stat", "pods")
+    kv = None
+    for src, _ in KV_SOURCES:
+        kv = _pick(rows["kv"], "source", src)
+        if kv is not None:
+            break
+
+    sig = Signals(
+        e2e_ms=_ms(spec.e2e_percentile, e2e_h),
+        ttft_ms=_ms(spec.ttft_percentile, ttft_h),
+        itl_ms=_ms(spec.itl_percentile, itl_h),
+        jitter=jitter,
+        request_rate=request_rate,
+        prompt_tokens_rate=_pick(tp, "signal", "prompt_tokens", w),
+        generation_tokens_rate=_pick(tp, "signal", "generation_tokens", w),
+        waiting=waiting,
+        running=running,
+        kv_usage=kv,
+        preemptions_rate=_pick(tp, "signal", "preemptions", w),
+        sample_time=sample_time,
+        pods=None if pods is None else int(pods),
+        latency_source=(e2e_h or ttft_h or ("", [], None))[0],
+    )
+    idle = (request_rate is None or request_rate == 0) and not waiting and not running
+    if idle and request_rate is not None:
+        return _with(sig, MetricsState.NO_TRAFFIC, f"no request finished in the last {w}")
+    missing = [n for n, v in (("request rate", request_rate), ("waiting", waiting),
+                              ("running", running)) if v is None]
+    if request_rate:
+        missing += [n for n, v in (("e2e latency", sig.e2e_ms), ("TTFT", sig.ttft_ms))
+                    if v is None]
+        if spec.itl_required and sig.itl_ms is None:
+            missing.append("inter-token latency")
+    if missing:
+        why = "missing: " + ", ".join(missing)
+        if failed:
+            why += f" (failed queries: {', '.join(failed)})"
+        return _with(sig, MetricsState.PARTIAL, why)
+    return _with(sig, MetricsState.OK, f"latency from {sig.latency_source or 'no samples'}")
+
+
+def _with(sig: Signals, state: MetricsState, message: str) -> Signals:
+    return replace(sig, state=state, message=message)
