@@ -231,5 +231,25 @@ def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
     )
 
 
+@main.command()
+@click.option("--duration", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Wall seconds of replay (default: the whole trace at --speed).")
+@click.option("--trace", metavar="NAME",
+              help="Replay this trace against every service (azure-conv, azure-code; "
+                   "default: each tenant's own).")
+@click.option("--speed", type=click.FloatRange(min=0.1),
+              help="Time compression: trace seconds per wall second (default: docs/demo.md).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder (default: ./_out/demo-<timestamp>).")
+@click.option("--keep", is_flag=True,
+              help="Leave the cluster up at the end, print its KUBECONFIG, wait for Ctrl-C.")
+def demo(duration: float | None, trace: str | None, speed: float | None, out: Path | None,
+         keep: bool) -> None:
+    """Two tenants kept inside their SLOs on a local cluster (no GPU needed)."""
+    from slo_operator.demo import cli_entry
+
+    cli_entry.main(duration=duration, trace=trace, speed=speed, out=out, keep=keep)
+
+
 if __name__ == "__main__":
     main()

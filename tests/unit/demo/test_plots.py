@@ -1,0 +1,20 @@
+"""The demo's plots are written as PNG files, one per service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slo_operator.demo.plots import plot_all
+from slo_operator.demo.timeline import Sample, Targets
+
+
+def test_one_png_per_service(tmp_path: Path) -> None:
+    targets = Targets(6000.0, 0.99, 500.0, 0.95, 0.2)
+    samples = [Sample(t=float(i), service=svc, offered_rps=float(i), ready=1 + i % 3,
+                      desired=2, batch_limit=64 - i, e2e_ms=5000.0 + 100 * i,
+                      ttft_ms=None if i < 2 else 300.0, targets=targets)
+               for svc in ("a/x", "b/y") for i in range(6)]
+    paths = plot_all(samples, tmp_path, 20.0)
+    assert [p.name for p in paths] == ["a_x.png", "b_y.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
