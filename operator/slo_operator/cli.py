@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from slo_operator.reconcile.plan import (
     pool_from_product,
 )
 from slo_operator.render.objects import build_all
+from slo_operator.ship import metrics as ship_metrics
+from slo_operator.ship import peering as ship_peering
 from slo_operator.ship import rules as ship_rules
 
 
@@ -203,8 +206,19 @@ def rules(filename: str, fmt: str) -> None:
               help="Prometheus base URL the SLO loop queries (default: no SLO signals).")
 @click.option("--interval", type=click.FloatRange(min=0.1), envvar="SLO_RECONCILE_INTERVAL",
               help="Seconds between periodic passes (default 20).")
+@click.option("--peering", envvar="SLO_PEERING",
+              help="kopf peering object name: replicas sharing it elect one to act "
+                   "(default: standalone).")
+@click.option("--peering-priority", type=int, envvar="SLO_PEERING_PRIORITY",
+              help="Peering priority (default: earlier start acts).")
+@click.option("--peering-lifetime", type=click.IntRange(min=2), envvar="SLO_PEERING_LIFETIME",
+              default=ship_peering.DEFAULT_LIFETIME_S, show_default=True,
+              help="Seconds without keep-alive after which a peer is presumed dead.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), envvar="SLO_METRICS_PORT",
+              default=0, help="Serve the operator's /metrics on this port (0: off).")
 def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
-        prometheus_url: str | None, interval: float | None) -> None:
+        prometheus_url: str | None, interval: float | None, peering: str | None,
+        peering_priority: int | None, peering_lifetime: int, metrics_port: int) -> None:
     """Run the operator (kopf) against the current cluster."""
     import os
 
@@ -223,8 +237,11 @@ def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
         os.environ["SLO_PROMETHEUS_URL"] = prometheus_url
     if interval is not None:
         os.environ["SLO_RECONCILE_INTERVAL"] = str(interval)
+    ship_metrics.track_peering(bool(peering))
+    if metrics_port:
+        ship_metrics.serve(metrics_port)
     kopf.run(
-        standalone=True,
+        **ship_peering.run_kwargs(peering, peering_priority, peering_lifetime, time.time()),
         clusterwide=not namespaces,
         namespaces=list(namespaces),
         liveness_endpoint=liveness or None,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from slo_operator.api.crd import all_crds
 
 
