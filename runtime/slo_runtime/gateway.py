@@ -463,16 +463,15 @@ class Gateway:
 def _probe_metrics(path: str) -> bytes:
     """The launcher's probe result as Prometheus lines (probe JSON as written by
     ``slo-runtime probe --output``)."""
-    from slo_runtime.probe import GpuInfo, ProbeResult, metrics_text
+    from slo_runtime.probe_metrics import gpu_metrics_text
 
     try:
         d: dict[str, Any] = json.loads(Path(path).read_text())
         g = d["gpu"]
-        gpu = GpuInfo(g["vendor"], g["product"], g["compute_capability"],
-                      int(g["memory_mib"]), int(g["count"]), g.get("source", ""),
-                      g.get("driver", ""))
-        res = ProbeResult(gpu, d.get("expected", {}), list(d.get("mismatches", [])))
-        return metrics_text(res).encode()
+        # The probe's own verdict: a mismatch list written next to the GPU facts.
+        return gpu_metrics_text(g["vendor"], g["product"], g["compute_capability"],
+                                int(g["memory_mib"]), int(g["count"]),
+                                not d.get("mismatches")).encode()
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("Ignored probe file %s: %s", path, e)
         return b""

@@ -215,14 +215,8 @@ def probe(run: Runner = _run, use_torch: bool = True) -> GpuInfo:
 
 def metrics_text(res: ProbeResult) -> str:
     """Prometheus lines for the gateway's /metrics (the pod's own view of its GPUs)."""
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from slo_runtime.probe_metrics import gpu_metrics_text
 
-    reg = CollectorRegistry()
-    info = Gauge("slo_runtime_gpu_info", "GPUs seen in the pod (value: count)",
-                 ["vendor", "product", "compute_capability", "memory_mib"], registry=reg)
     g = res.gpu
-    info.labels(g.vendor, g.product, g.compute_capability, str(g.memory_mib)).set(g.count)
-    Gauge("slo_runtime_gpu_matches_node_labels",
-          "1 when the pod's GPUs are what the node labels promised", registry=reg
-          ).set(1 if res.matches else 0)
-    return generate_latest(reg).decode()
+    return gpu_metrics_text(g.vendor, g.product, g.compute_capability, g.memory_mib, g.count,
+                            res.matches)
