@@ -34,6 +34,8 @@ RECORD_PREFIX = "slo_operator"
 WINDOW_BAD = f"{RECORD_PREFIX}:window_bad"
 ATTAINMENT = f"{RECORD_PREFIX}:attainment:ratio"
 BUDGET_REMAINING = f"{RECORD_PREFIX}:error_budget_remaining:ratio"
+OBJECTIVE_TARGET = f"{RECORD_PREFIX}:objective_target"
+ATTAINMENT_TARGET = f"{RECORD_PREFIX}:attainment:target"
 BURN_ALERT = "SLOErrorBudgetBurn"
 
 # A ratio over fewer than this many SLO windows is too noisy to page anyone on.
@@ -127,6 +129,15 @@ def rule_groups(ref: PolicyRef, spec: SLOPolicySpec) -> list[dict[str, Any]]:
             "expr": sig.expr(selector, duration(window_s)),
             "labels": {**labels, **sig.labels},
         })
+    # Targets as series beside the signals, so dashboards draw "P99 against target" from
+    # Prometheus alone; count() keeps one series per service even when the signal is NaN.
+    by = "namespace, service, policy, tenant"
+    for obj in objectives:
+        rules.append({
+            "record": OBJECTIVE_TARGET,
+            "expr": f"count by ({by}) ({obj.record}{{{mine}}}) * 0 + {_num(obj.target)}",
+            "labels": {"objective": obj.name},
+        })
     # One 0/1 series per objective, then the window is bad when any objective is.
     for obj in objectives:
         rules.append({
@@ -149,6 +160,9 @@ def rule_groups(ref: PolicyRef, spec: SLOPolicySpec) -> list[dict[str, Any]]:
         })
     period_ratio = f"{WINDOW_BAD}:ratio_rate{duration(period_s)}{{{mine}}}"
     rules.append({"record": ATTAINMENT, "expr": f"1 - {period_ratio}"})
+    rules.append({"record": ATTAINMENT_TARGET,
+                  "expr": f"count by ({by}) ({period_ratio}) * 0 + "
+                          f"{_num(spec.attainment_target)}"})
     rules.append({
         "record": BUDGET_REMAINING,
         "expr": f"1 - {period_ratio} / {_num(budget)}",

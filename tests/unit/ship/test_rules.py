@@ -270,6 +270,17 @@ def test_promtool_test_rules_fire_and_stay_silent(tmp_path: Path) -> None:
                                            f'tenant="{NS}"}}', "value": float(want)}],
             }],
         })
+    # Targets are series beside the signals (for dashboards), one per service.
+    target_labels = f'{labels},objective="e2e",policy="gold",tenant="{NS}"'
+    tests.append({
+        "name": "targets-recorded-per-service", "interval": f"{STEP}s",
+        "input_series": traffic(good(10)),
+        "promql_expr_test": [{
+            "expr": f'{rules.OBJECTIVE_TARGET}{{objective="e2e"}}', "eval_time": "6m",
+            "exp_samples": [{"labels": f"{rules.OBJECTIVE_TARGET}{{{target_labels}}}",
+                             "value": 0.8}],
+        }],
+    })
     test_file = tmp_path / "tests.yaml"
     test_file.write_text(yaml.safe_dump({
         "rule_files": [str(rules_path)], "evaluation_interval": "1m", "tests": tests}))
