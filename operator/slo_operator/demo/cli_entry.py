@@ -13,6 +13,8 @@ from slo_operator.demo.scenario import DEFAULT_SPEED, ScenarioError
 from slo_operator.demo.stack import DemoError
 from slo_operator.devenv.cluster import ClusterError
 
+INTERRUPTED_EXIT = 130
+
 
 def main(*, duration: float | None, trace: str | None, speed: float | None, out: Path | None,
          keep: bool) -> None:
@@ -21,8 +23,11 @@ def main(*, duration: float | None, trace: str | None, speed: float | None, out:
     opts = Options(duration=duration, trace=trace, speed=speed or DEFAULT_SPEED, out=out,
                    keep=keep)
     try:
-        run_demo(opts, console)
+        result = run_demo(opts, console)
     except ScenarioError as e:
         raise click.UsageError(str(e)) from e
     except (BuildError, ClusterError, DemoError, TimeoutError) as e:
         raise click.ClickException(str(e)) from e
+    if result.interrupted:
+        # The shell's convention for a command ended by Ctrl-C.
+        raise SystemExit(INTERRUPTED_EXIT)

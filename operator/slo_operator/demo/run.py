@@ -20,7 +20,9 @@ from rich.live import Live
 from slo_operator.demo import scenario, timeline, view
 from slo_operator.demo.build import ensure_binaries, format_duration
 from slo_operator.demo.plots import plot_all
-from slo_operator.demo.stack import Stack, policy_of
+from slo_operator.demo.replay import Replay, Target
+from slo_operator.demo.stack import DemoError, Stack, policy_of
+from slo_operator.devenv.replicas import ReplicaHarness
 from slo_operator.sim.traces import Trace
 
 SAMPLE_INTERVAL_S = 1.0
@@ -68,8 +70,14 @@ def _no_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def run_demo(opts: Options, console: Console) -> Path:
-    """Run the whole demo; return the results folder."""
+@dataclass(frozen=True)
+class Result:
+    out: Path  # the results folder
+    interrupted: bool  # stopped early by Ctrl-C or SIGTERM
+
+
+def run_demo(opts: Options, console: Console) -> Result:
+    """Run the whole demo; return where its results are."""
     t_start = time.monotonic()
     tenants = scenario.tenants(opts.trace)
     manifests = scenario.manifests(tenants)
@@ -80,25 +88,31 @@ def run_demo(opts: Options, console: Console) -> Path:
     console.print(f"[bold]slo-operator demo[/]: results will be written to {out}")
     for svc, tr in traces.items():
         console.print(f"  {svc} <- {tr.name}: {len(tr.requests)} requests in "
-                      f"{format_duration(tr.duration)}, time compressed x{opts.speed:g} "
-                      f"(rate factor x{tr.rate_factor:g} against the source)")
+                      f"{format_duration(tr.duration)}: time compressed x{opts.speed:g}, "
+                      f"request rate x{tr.rate_factor:g} of the source's "
+                      f"(source requests kept x{tr.rate_scale:.3g})")
 
     samples: list[timeline.Sample] = []
     startup: dict[str, float] = {}
     interrupted = False
+    workdir: Path | None = None
+    load: Replay | None = None
     with _terminate_as_interrupt():
         try:
             t0 = time.monotonic()
             binaries = ensure_binaries(scenario.ROOT, console)
             startup["binaries"] = round(time.monotonic() - t0, 2)
             stack = Stack(binaries, console, out)
+            workdir = stack.workdir
             try:
-                notes = _start(stack, manifests)
+                harness, services = _start(stack, manifests, opts.speed)
                 startup.update(stack.timings.phases)
                 startup["total_to_replay"] = round(time.monotonic() - t_start, 2)
                 console.print(f"Ready to replay after {format_duration(startup['total_to_replay'])}"
-                              " (binaries, control plane, chart, operator, tenants).")
-                samples = _watch(stack, traces, duration, opts.speed, notes, console)
+                              " (binaries, control plane, chart, operator, tenants, replicas).")
+                load = Replay([_target(svc, traces, harness) for svc in services])
+                stack.on_close("trace replay", load.stop)
+                _watch(stack, load, traces, duration, opts.speed, console, samples)
                 if opts.keep:
                     _keep(stack, console)
             finally:
@@ -108,40 +122,54 @@ def run_demo(opts: Options, console: Console) -> Path:
         except (KeyboardInterrupt, Interrupted):
             interrupted = True
             console.print("[yellow]Interrupted: everything the demo started has been stopped.[/]")
-    _report(out, samples, traces, opts, duration, startup, interrupted, console)
-    return out
+    client = dict(load.client_summary()) if load is not None else {}
+    _report(out, samples, traces, opts, duration, startup, interrupted, workdir, client, console)
+    return Result(out, interrupted)
 
 
-def _start(stack: Stack, manifests: Sequence[Path]) -> tuple[str, ...]:
-    """Start the stack; return notes about parts this checkout cannot start yet."""
-    notes: list[str] = []
+def _start(stack: Stack, manifests: Sequence[Path], speed: float
+           ) -> tuple[ReplicaHarness, list[dict[str, Any]]]:
+    """Start everything up to the first ready replica of every service."""
     stack.start_cluster()
-    prometheus_url = None  # the Prometheus runner plugs in here
-    notes.append("Prometheus, replica models and trace replay are not started by this "
-                 "checkout yet: load is the trace's offered rate; latencies stay empty.")
+    prometheus = stack.start_prometheus()
     _, sa = stack.install_chart()
-    stack.start_operator(sa, prometheus_url)
-    stack.apply_tenants(manifests)
-    return tuple(notes)
+    stack.start_operator(sa, prometheus.url)
+    harness = stack.start_replicas(prometheus, scenario.REAL_COLD_START_S / speed)
+    services = stack.apply_tenants(manifests)
+    stack.wait_first_replicas(harness, services)
+    return harness, services
 
 
-def _watch(stack: Stack, traces: dict[str, Trace], duration: float, speed: float,
-           notes: tuple[str, ...], console: Console) -> list[timeline.Sample]:
+def _target(svc: dict[str, Any], traces: dict[str, Trace], harness: ReplicaHarness
+            ) -> Target:
+    key = timeline.service_key(svc)
+    ns, name = key.split("/", 1)
+    model = (svc.get("spec") or {}).get("model") or {}
+    return Target(key, str(model.get("servedName") or model.get("name") or name), traces[key],
+                  lambda: harness.endpoints(ns, name))
+
+
+def _watch(stack: Stack, load: Replay, traces: dict[str, Trace], duration: float,
+           speed: float, console: Console, samples: list[timeline.Sample]) -> None:
+    """Start the replay and sample every service once a second into ``samples`` (kept if
+    interrupted) until ``duration`` has passed."""
     arrivals = {svc: [r.t for r in tr.requests] for svc, tr in traces.items()}
     names = ", ".join(f"{svc} <- {tr.name}" for svc, tr in traces.items())
-    samples: list[timeline.Sample] = []
     latest: dict[str, timeline.Sample] = {}
     stop = threading.Event()
-    t0 = time.monotonic()
 
     def header(elapsed: float) -> view.Header:
-        return view.Header(elapsed, duration, speed, names, notes)
+        return view.Header(elapsed, duration, speed, names)
 
     with Live(view.render([], header(0.0)), console=console, refresh_per_second=2,
               transient=False) as live:
+        t0 = time.monotonic()
+        load.start()
         while True:
             elapsed = time.monotonic() - t0
             stack.check_operator()
+            if load.error is not None:
+                raise DemoError(f"the trace replay failed: {load.error!r}")
             svcs, policies = stack.list_objects()
             for svc in svcs:
                 key = timeline.service_key(svc)
@@ -154,7 +182,6 @@ def _watch(stack: Stack, traces: dict[str, Trace], duration: float, speed: float
             if elapsed >= duration:
                 break
             stop.wait(min(SAMPLE_INTERVAL_S, max(0.0, duration - elapsed)))
-    return samples
 
 
 def _keep(stack: Stack, console: Console) -> None:
@@ -178,7 +205,7 @@ def _keep(stack: Stack, console: Console) -> None:
 
 def _report(out: Path, samples: Sequence[timeline.Sample], traces: dict[str, Trace],
             opts: Options, duration: float, startup: dict[str, float], interrupted: bool,
-            console: Console) -> None:
+            workdir: Path | None, client: dict[str, Any], console: Console) -> None:
     summaries = timeline.summarize(samples)
     doc: dict[str, Any] = {
         "interrupted": interrupted,
@@ -188,7 +215,11 @@ def _report(out: Path, samples: Sequence[timeline.Sample], traces: dict[str, Tra
                          "rate_factor": tr.rate_factor, "notes": list(tr.notes)}
                    for svc, tr in traces.items()},
         "startup_s": startup,
+        # Everything the run started lived here; it is removed on the way out.
+        "workdir": str(workdir) if workdir else None,
         "services": [s.to_json() for s in summaries],
+        # What the load generator saw: requests sent, answered, failed; client latencies.
+        "client": client,
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     with (out / "samples.jsonl").open("w") as f:

@@ -30,13 +30,21 @@ class Tenant:
     file: str  # manifest under examples/demo (Namespace, SLOPolicy, InferenceService)
     service: str  # namespace/name of its InferenceService
     trace: str  # trace replayed against it (a name sim.traces knows)
-    rate_scale: float  # requests per source request
+    rate_factor: float  # replayed request rate over the source trace's
 
 
+# Each tenant's load, as a multiple of its source trace's request rate, whatever the speed:
+# time compression alone would multiply the rate by the speed, so the trace is thinned (or
+# copied) by rate_factor / speed. The conversation trace at 10x its rate (about 55 req/s, one
+# H100 replica's worth at the mean); the code trace at 2x (its one-minute bursts need several
+# A100 replicas: its prompts are long and BF16 prefill is slow).
 TENANTS: tuple[Tenant, ...] = (
-    Tenant("tenant-chat.yaml", "tenant-chat/chat", "azure-conv", 1.0),
-    Tenant("tenant-code.yaml", "tenant-code/code", "azure-code", 1.0),
+    Tenant("tenant-chat.yaml", "tenant-chat/chat", "azure-conv", 10.0),
+    Tenant("tenant-code.yaml", "tenant-code/code", "azure-code", 2.0),
 )
+# A vLLM replica takes about a minute from pod start to serving (weights, CUDA graphs); the
+# replica models take that minute compressed like the trace.
+REAL_COLD_START_S = 60.0
 
 TRACE_NAMES: tuple[str, ...] = tuple(sorted(traces.AZURE_FILES))
 
@@ -71,8 +79,8 @@ def load(tenant: Tenant, speed: float, duration: float | None, seed: int = 0) ->
         raise ScenarioError(f"--speed: must be > 0, got {speed:g}")
     if duration is not None and duration <= 0:
         raise ScenarioError(f"--duration: must be > 0, got {duration:g}")
-    full = traces.azure(tenant.trace, rate_scale=tenant.rate_scale, time_compression=speed,
-                        seed=seed, tenant=tenant.service)
+    full = traces.azure(tenant.trace, rate_scale=tenant.rate_factor / speed,
+                        time_compression=speed, seed=seed, tenant=tenant.service)
     if duration is None or duration >= full.duration:
         return full
     kept = tuple(r for r in full.requests if r.t < duration)

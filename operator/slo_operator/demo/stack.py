@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import kubernetes.client
 import yaml
@@ -29,6 +29,8 @@ from slo_operator.api.models import GROUP, VERSION
 from slo_operator.demo.build import format_duration
 from slo_operator.demo.scenario import CHART, OPERATOR_NAMESPACE, RELEASE
 from slo_operator.devenv.cluster import Binaries, Component, LocalCluster, free_port, wait_for
+from slo_operator.devenv.prometheus import PrometheusServer
+from slo_operator.devenv.replicas import ReplicaHarness
 
 # The operator's periodic pass in the demo: short, because the replay compresses time.
 RECONCILE_INTERVAL_S = 2.0
@@ -39,10 +41,6 @@ TOKEN_SECONDS = 7 * 24 * 3600
 
 class DemoError(RuntimeError):
     pass
-
-
-class Stoppable(Protocol):
-    def stop(self) -> None: ...
 
 
 @dataclass
@@ -113,6 +111,32 @@ class Stack:
             self.cluster.start()
         nodes = ", ".join(self.cluster.node_names)
         self.console.print(f"  fake GPU nodes: {nodes}")
+
+    def start_prometheus(self) -> PrometheusServer:
+        """Prometheus on loopback; the replica harness registers each pod through file SD."""
+        with self.timings.phase("prometheus", self.console, "Started Prometheus"):
+            prom = PrometheusServer(self.workdir / "prometheus", binaries=self.binaries).start()
+            self.on_close("Prometheus", prom.stop)
+            self.prometheus_url = prom.url
+        self.console.print(f"  Prometheus {prom.version} ({prom.source}) at {prom.url}")
+        return prom
+
+    def start_replicas(self, prometheus: PrometheusServer, cold_start_s: float
+                       ) -> ReplicaHarness:
+        """A replica model of vLLM behind the real gateway for every Running pod; step times
+        are real (latencies are what a GPU would give), the cold start is ``cold_start_s``."""
+        with self.timings.phase("replicas", self.console,
+                                "Started the replica harness (one vLLM model per Running pod)"):
+            api = self.cluster.api_client()
+            harness = ReplicaHarness(api, prometheus=prometheus, cold_start_s=cold_start_s,
+                                     workdir=self.workdir / "replicas").start()
+
+            def stop() -> None:
+                harness.stop()
+                api.close()  # type: ignore[no-untyped-call]
+
+            self.on_close("replica harness", stop)
+        return harness
 
     def install_chart(self) -> tuple[str, str]:
         """Install the chart (CRDs, RBAC, ServiceAccount) and return the operator Deployment's
@@ -186,6 +210,23 @@ class Stack:
                     if doc and doc.get("kind") == "InferenceService":
                         services.append(doc)
         return services
+
+    def wait_first_replicas(self, harness: ReplicaHarness, services: Sequence[Mapping[str, Any]],
+                            timeout: float = 180.0) -> None:
+        """Wait until every service has a ready replica model (the operator created its
+        Deployment, the scheduler placed the pods on matching GPU nodes, kwok ran them and
+        the model finished its cold start)."""
+        keys = [((s.get("metadata") or {}).get("namespace", ""),
+                 (s.get("metadata") or {}).get("name", "")) for s in services]
+
+        def ready() -> bool:
+            self.check_operator()
+            return all(harness.endpoints(ns, name) for ns, name in keys)
+
+        with self.timings.phase("first_replicas", self.console,
+                                "First replica of every service ready"):
+            wait_for(ready, timeout=timeout, interval=0.2, max_interval=1.0,
+                     desc="a ready replica of every service")
 
     # ----- reading state ----------------------------------------------------------------
 

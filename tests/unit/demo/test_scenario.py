@@ -10,6 +10,7 @@ import yaml
 
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.demo import scenario
+from slo_operator.sim.traces import read_azure
 
 
 def docs(path: Path) -> list[dict[str, Any]]:
@@ -69,3 +70,14 @@ def test_load_compresses_time_and_cuts_to_the_duration() -> None:
     assert cut.requests and all(r.t < 20.0 for r in cut.requests)
     assert cut.requests == tuple(r for r in full.requests if r.t < 20.0)
     assert all(r.tenant == tenant.service for r in cut.requests)
+
+
+@pytest.mark.parametrize("speed", [5.0, 20.0, 60.0])
+def test_load_level_follows_the_tenant_rate_factor_whatever_the_speed(speed: float) -> None:
+    tenant = scenario.TENANTS[0]
+    source_rate = len(read_azure(tenant.trace)) / scenario.trace_span(tenant.trace)
+    tr = scenario.load(tenant, speed, None)
+    assert tr.rate_factor == pytest.approx(tenant.rate_factor)
+    # Requests per replay second (thinning is random: within a few percent).
+    assert len(tr.requests) / tr.duration == pytest.approx(tenant.rate_factor * source_rate,
+                                                           rel=0.05)
