@@ -53,9 +53,9 @@ SLO_MISSED = "ObjectivesMissed"  # SLOCompliant=False: the message names the mis
 METRICS_OK = "MetricsFound"  # MetricsAvailable=True: every signal present
 NO_TRAFFIC = "NoTraffic"  # MetricsAvailable=True: series exist, no request finished
 METRICS_PARTIAL = "MetricsPartial"  # MetricsAvailable=False: some signals missing; held
-METRICS_EMPTY = "NoMetrics"  # MetricsAvailable=False: no series for the service; held
+METRICS_EMPTY = "MetricsEmpty"  # MetricsAvailable=False: no series for the service; held
 METRICS_STALE = "MetricsStale"  # MetricsAvailable=False: newest sample too old; held
-PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"  # MetricsAvailable=False: query failed
+METRICS_UNAVAILABLE = "MetricsUnavailable"  # MetricsAvailable=False: Prometheus failed
 WITHIN_BOUNDS = "WithinBounds"  # ScalingLimited=False: the decision was not clipped
 # ScalingLimited=True carries the limiting reason from the control law (for example
 # AtMaxReplicas, AtMinReplicas, GPUBudget, InsufficientGPUs, Priority).

@@ -86,6 +86,9 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
     if "additionalProperties" in out and out["additionalProperties"] is False:
         # extra="forbid" in pydantic; the API server prunes unknown fields anyway.
         del out["additionalProperties"]
+    if out.get("additionalProperties") is True and out.get("x-kubernetes-preserve-unknown-fields"):
+        # A free-form object (dict[str, Any]): preserving unknown fields already says so.
+        del out["additionalProperties"]
     return out
 
 

@@ -590,6 +590,13 @@ class ObservedStatus(_Status):
     kv_cache_usage: float | None = Field(
         default=None, description="Highest KV-cache use over replicas, a fraction 0 to 1."
     )
+    running: float | None = Field(
+        default=None, description="Requests running (count), all replicas."
+    )
+    state: str | None = Field(
+        default=None, description="How usable the signals were: OK, NoTraffic, Partial, "
+        "Empty, Stale or Unavailable."
+    )
     time: str | None = Field(default=None, description="When observed (RFC 3339, UTC).")
 
 
@@ -640,6 +647,16 @@ class InferenceServiceStatus(_Status):
     attainment: float | None = Field(
         default=None, description="Fraction of good windows over the policy's "
         "attainmentPeriod, 0 to 1."
+    )
+    error_budget_remaining: float | None = Field(
+        default=None, description="Fraction of the error budget left over the policy's "
+        "attainmentPeriod (1 = untouched, below 0 = overspent)."
+    )
+    control: dict[str, Any] | None = Field(
+        default=None,
+        description="The SLO loop's memory that must survive an operator restart (control "
+        "state and window history); written and read by slo-operator only.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     last_decisions: list[DecisionRecord] = Field(
         default_factory=list, description="The most recent decisions, newest last."

@@ -15,13 +15,15 @@ from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.service import Outcome, reconcile_service
+from slo_operator.reconcile.status import SLOUpdate
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
 
 
-async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot) -> Outcome:
+async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot,
+                  update: SLOUpdate | None = None) -> Outcome:
     """Reconcile one service under its lock; never raises for spec or dependency problems."""
     ctx = context(memo)
     meta = body["metadata"]
@@ -31,7 +33,7 @@ async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot) -> O
         # yet, so concurrent triggers never report the same transition twice.
         latest = ctx.statuses.latest(body)
         outcome = await reconcile_service(
-            ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied
+            ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied, update
         )
         ctx.statuses.remember(latest, outcome.status)
     if outcome.applied:

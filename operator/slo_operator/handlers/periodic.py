@@ -15,27 +15,38 @@ from typing import Any
 
 import kopf
 
+from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.indexes import pick_indexes, snapshot
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
+from slo_operator.reconcile.loop import observe_and_decide
 from slo_operator.reconcile.policy import reconcile_policy
 
 log = logging.getLogger(__name__)
 
 
 async def run_pass(memo: kopf.Memo) -> None:
-    """One pass over every policy and service, from one snapshot of the caches."""
+    """One pass over every policy and service, from one snapshot of the caches: observe
+    all services at once (Prometheus), decide, arbitrate, then apply what changed."""
     ctx = context(memo)
     snap = snapshot(memo.slo_indexes)
-    for pol in snap.policies.values():
-        await reconcile_policy(ctx.kube, pol, datetime.now(UTC), snap.services.values())
-    for svc in snap.services.values():
+    now = datetime.now(UTC)
+    updates = {}
+    if ctx.metrics is not None:
         try:
-            await refresh(svc, memo, snap)
+            updates = await observe_and_decide(ctx.metrics, snap, now)
+        except Exception:  # a bug in one pass's decisions must not stop reconciling
+            log.exception("Failed the SLO decisions of a pass; services hold")
+    for svc in snap.services.values():
+        meta = svc["metadata"]
+        key = ServiceKey(meta["namespace"], meta["name"])
+        try:
+            await refresh(svc, memo, snap, updates.get(key))
         except Exception:  # one service's failure must not stop the others
-            meta = svc["metadata"]
             log.exception("Failed to reconcile InferenceService %s/%s",
                           meta["namespace"], meta["name"])
+    for pol in snap.policies.values():
+        await reconcile_policy(ctx.kube, pol, now, snap.services.values())
 
 
 async def _loop(memo: kopf.Memo) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import kopf
 
 from slo_operator.adapters.kube import Kube, load_api_client
+from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter
 from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
 from slo_operator.reconcile.ports import AppliedCache
@@ -87,6 +88,9 @@ class Context:
     statuses: StatusMemory = field(default_factory=StatusMemory)
     # Set once kopf has called a resource handler, i.e. once the indexes are filled.
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # The SLO loop's signals; None without SLO_PROMETHEUS_URL (status then says
+    # AwaitingMetrics and replicas stay at what was last decided).
+    metrics: MetricsSource | None = None
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         # Timers, watch events and change handlers may fire together for one object.
@@ -120,6 +124,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     extra = os.environ.get("SLO_PROFILES_DIR")
     profiles = load_profiles() + (load_profiles(Path(extra)) if extra else ())
     logging.getLogger(__name__).info(
+        "Started with Prometheus %s, pass interval %gs",
+        os.environ.get("SLO_PROMETHEUS_URL") or "(none: no SLO signals)",
+        LoopSettings.from_env().interval,
+    )
+    logging.getLogger(__name__).info(
         "Loaded %d node profiles: %s", len(profiles), ", ".join(p.source for p in profiles)
     )
     loop = LoopSettings.from_env()
@@ -127,6 +136,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         kube=Kube(api),
         loop=loop,
         applied=AppliedCache(ttl=loop.apply_ttl),
+        metrics=(PrometheusAdapter(loop.prometheus_url, loop.prometheus_timeout)
+                 if loop.prometheus_url else None),
         settings=Settings(
             runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image),
             profiles=profiles,

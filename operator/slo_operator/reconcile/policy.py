@@ -30,6 +30,19 @@ def bound_to(
     return sorted(out, key=lambda svc: str(svc["metadata"]["name"]))
 
 
+def aggregate_slo(services: Iterable[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """The policy's attainment and error budget left: the worst bound service's (pure),
+    so a policy never looks healthier than any service it governs."""
+    att, budget = [], []
+    for svc in services:
+        st = svc.get("status") or {}
+        if isinstance(st.get("attainment"), int | float):
+            att.append(float(st["attainment"]))
+        if isinstance(st.get("errorBudgetRemaining"), int | float):
+            budget.append(float(st["errorBudgetRemaining"]))
+    return (min(att) if att else None, min(budget) if budget else None)
+
+
 def reconcile_policy_sync(
     kube: KubeWriter,
     body: Mapping[str, Any],
@@ -53,6 +66,7 @@ def reconcile_policy_sync(
     bound = bound_to(meta["namespace"], meta["name"], services)
     new.bound_services = [svc["metadata"]["name"] for svc in bound]
     new.bound_count = len(new.bound_services)
+    new.attainment, new.error_budget_remaining = aggregate_slo(bound)
     new.conditions = merge_conditions(old.conditions, conds, now, meta.get("generation"))
     if dump(new) != dump(old):
         kube.patch_status("SLOPolicy", meta["namespace"], meta["name"], dump(new))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,9 +20,14 @@ from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import Snapshot
-from slo_operator.api.conditions import Cond, merge_conditions, transitions
+from slo_operator.api.conditions import Cond, merge_conditions, rfc3339, transitions
 from slo_operator.api.errors import field_problems, summarize
-from slo_operator.api.models import InferenceServiceSpec, InferenceServiceStatus, dump
+from slo_operator.api.models import (
+    DecisionRecord,
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    dump,
+)
 from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.actuate import apply_live_limit
 from slo_operator.reconcile.plan import (
@@ -36,6 +41,10 @@ from slo_operator.reconcile.plan import (
 )
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
 from slo_operator.reconcile.status import (
+    EventSpec,
+    SLOUpdate,
+    action_events,
+    append_decision,
     choose_events,
     hardware_condition,
     policy_condition,
@@ -79,8 +88,13 @@ def reconcile_service_sync(
     now: datetime,
     settings: Settings,
     applied: AppliedCache | None = None,
+    update: SLOUpdate | None = None,
 ) -> Outcome:
-    """One reconcile of ``body`` against the cached ``snap``; blocking (run in a thread)."""
+    """One reconcile of ``body`` against the cached ``snap``; blocking (run in a thread).
+
+    ``update``: what the SLO loop decided this pass (replicas, batch limit, signals,
+    conditions); without one, replicas and the limit hold their last decided values.
+    """
     meta = body["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     old_status = InferenceServiceStatus.model_validate(body.get("status") or {})
@@ -112,6 +126,10 @@ def reconcile_service_sync(
 
     lo, hi = initial_replicas(spec, policy)
     replicas = desired_replicas(old_status, lo, hi)
+    wanted_limit = old_status.batch_limit
+    if update is not None:
+        replicas = min(max(update.replicas, lo), hi)
+        wanted_limit = update.batch_limit
     result = plan_service(
         name=name,
         namespace=namespace,
@@ -122,7 +140,7 @@ def reconcile_service_sync(
         pools=discover_pools(snap.nodes),
         nodes=snap.nodes,
         replicas=replicas,
-        restart_limit=old_status.batch_limit,
+        restart_limit=wanted_limit,
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
     )
@@ -159,7 +177,7 @@ def reconcile_service_sync(
 
     pods = snap.pods_of(namespace, name)
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
-    limit = live_limit(policy, eng.max_num_seqs, old_status.batch_limit)
+    limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patched = apply_live_limit(kube, namespace, pods, limit)
     outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
 
@@ -170,7 +188,21 @@ def reconcile_service_sync(
     new.engine_args = list(eng.args)
     new.engine_notes = list(plan.notes)
     new.batch_limit = limit
-    return _report(kube, body, old_status, new, conds, now, outcome)
+    events: list[EventSpec] = []
+    if update is not None:
+        why = f"{update.reason}: {update.message}"
+        events = action_events(old_status.desired_replicas, replicas, old_status.batch_limit,
+                               limit, why)
+        conds += update.conds
+        new.observed = update.observed
+        new.control = dict(update.control) if update.control is not None else new.control
+        new.slo_compliant = update.slo_compliant
+        new.attainment = update.attainment
+        new.error_budget_remaining = update.error_budget_remaining
+        new.last_decisions = append_decision(old_status.last_decisions, DecisionRecord(
+            time=rfc3339(now), replicas=replicas, batch_limit=limit, reason=update.reason,
+            message=update.message[:1024]))
+    return _report(kube, body, old_status, new, conds, now, outcome, events)
 
 
 def _report(
@@ -181,8 +213,10 @@ def _report(
     conds: list[Cond],
     now: datetime,
     outcome: Outcome,
+    actions: Sequence[EventSpec] = (),
 ) -> Outcome:
-    """Write status only when it changed; post Events on condition transitions only."""
+    """Write status only when it changed; post Events on condition transitions and on
+    scale and batch-limit actions only."""
     generation = body["metadata"].get("generation")
     new.conditions = merge_conditions(old.conditions, conds, now, generation)
     status = dump(new)
@@ -190,7 +224,7 @@ def _report(
     if status != dump(old):
         meta = body["metadata"]
         kube.patch_status("InferenceService", meta["namespace"], meta["name"], status)
-    for ev in choose_events(transitions(old.conditions, new.conditions)):
+    for ev in [*actions, *choose_events(transitions(old.conditions, new.conditions))]:
         kube.event(body, ev.type, ev.reason, ev.message, now)
     return outcome
 
@@ -202,8 +236,9 @@ async def reconcile_service(
     now: datetime,
     settings: Settings,
     applied: AppliedCache | None = None,
+    update: SLOUpdate | None = None,
 ) -> Outcome:
     """The kubernetes client is synchronous: run the reconcile in a worker thread."""
     return await asyncio.to_thread(
-        reconcile_service_sync, kube, body, snap, now, settings, applied
+        reconcile_service_sync, kube, body, snap, now, settings, applied, update
     )

@@ -8,25 +8,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import DeploymentObs, PodObs
-from slo_operator.api.conditions import Cond
+from slo_operator.api.conditions import Cond, rfc3339
 from slo_operator.api.errors import field_problems, summarize
-from slo_operator.api.models import Condition, SLOPolicySpec
+from slo_operator.api.models import Condition, DecisionRecord, ObservedStatus, SLOPolicySpec
+from slo_operator.api.observe import MetricsState, Signals
+from slo_operator.slo.evaluate import Outcome, Verdict
 
 __all__ = [
     "DeploymentObs",
     "EventSpec",
     "PodObs",
+    "SLOUpdate",
+    "action_events",
+    "append_decision",
     "choose_events",
     "hardware_condition",
+    "metrics_condition",
+    "observed_status",
     "policy_condition",
     "problem_conditions",
     "rollout_conditions",
+    "scaling_condition",
+    "slo_condition",
 ]
 
 
@@ -145,4 +155,104 @@ def choose_events(changed: Sequence[Condition]) -> list[EventSpec]:
             out.append(EventSpec("Warning", c.reason, c.message))
         elif c.type in C.NORMAL_EVENT_TYPES:
             out.append(EventSpec("Normal", c.reason, c.message))
+    return out
+
+
+# ---------------------------------------------------------------- the SLO loop's status
+
+
+_METRICS = {
+    MetricsState.OK: (True, C.METRICS_OK),
+    MetricsState.NO_TRAFFIC: (True, C.NO_TRAFFIC),
+    MetricsState.PARTIAL: (False, C.METRICS_PARTIAL),
+    MetricsState.EMPTY: (False, C.METRICS_EMPTY),
+    MetricsState.STALE: (False, C.METRICS_STALE),
+    MetricsState.UNAVAILABLE: (False, C.METRICS_UNAVAILABLE),
+}
+
+
+def metrics_condition(signals: Signals, held: bool) -> Cond:
+    """MetricsAvailable from the signals' typed state; ``held`` says the loop kept the last
+    good decision because of it (the message says so)."""
+    ok, reason = _METRICS[signals.state]
+    msg = signals.message or f"metrics {signals.state.value}"
+    if not ok and held:
+        msg += "; holding the last good replicas and batch limit"
+    return Cond(C.METRICS_AVAILABLE, ok, reason, msg)
+
+
+def slo_condition(verdict: Verdict) -> Cond:
+    """SLOCompliant from one window's verdict: Unknown while it cannot be judged."""
+    if verdict.outcome == Outcome.GOOD:
+        return Cond(C.SLO_COMPLIANT, True, C.SLO_MET, verdict.message)
+    if verdict.outcome == Outcome.BAD:
+        return Cond(C.SLO_COMPLIANT, False, C.SLO_MISSED, verdict.message)
+    return Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS, verdict.message or "no verdict")
+
+
+def scaling_condition(reason: str | None, message: str) -> Cond:
+    """ScalingLimited: True with the limiting reason (bounds, budget, GPUs, priority)."""
+    if reason is None:
+        return Cond(C.SCALING_LIMITED, False, C.WITHIN_BOUNDS, "The decision was not clipped")
+    return Cond(C.SCALING_LIMITED, True, reason, message)
+
+
+def observed_status(signals: Signals, now: datetime) -> ObservedStatus:
+    """The signals shown in status, rounded so that noise alone rewrites status less."""
+    return ObservedStatus.model_validate({
+        "e2eP99Ms": _round(signals.e2e_ms),
+        "ttftMs": _round(signals.ttft_ms),
+        "interTokenMs": _round(signals.itl_ms),
+        "throughputCV": _round(signals.jitter),
+        "requestRate": _round(signals.request_rate),
+        "queue": _round(signals.waiting),
+        "running": _round(signals.running),
+        "kvCacheUsage": _round(signals.kv_usage),
+        "state": signals.state.value,
+        "time": rfc3339(now),
+    })
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.3g}")
+
+
+def append_decision(history: Sequence[DecisionRecord], record: DecisionRecord,
+                    keep: int = 10) -> list[DecisionRecord]:
+    """The last ``keep`` decisions; a record repeating the newest one's replicas, limit and
+    reason is not added again (status then changes only when a decision does)."""
+    if history:
+        last = history[-1]
+        if (last.replicas, last.batch_limit, last.reason) == (
+                record.replicas, record.batch_limit, record.reason):
+            return list(history)
+    return [*history, record][-keep:]
+
+
+@dataclass(frozen=True)
+class SLOUpdate:
+    """What one pass of the SLO loop decided for one service; ``reconcile`` applies it."""
+
+    replicas: int
+    batch_limit: int
+    reason: str
+    message: str
+    conds: tuple[Cond, ...] = ()
+    observed: ObservedStatus | None = None
+    control: Mapping[str, Any] | None = None
+    slo_compliant: bool | None = None
+    attainment: float | None = None
+    error_budget_remaining: float | None = None
+
+
+def action_events(old_replicas: int | None, new_replicas: int, old_limit: int | None,
+                  new_limit: int, why: str) -> list[EventSpec]:
+    """Normal Events for a scale action and a batch-limit change (none on first setting)."""
+    out = []
+    if old_replicas is not None and old_replicas != new_replicas:
+        out.append(EventSpec("Normal", C.SCALED,
+                             f"Scaled from {old_replicas} to {new_replicas} replicas: {why}"))
+    if old_limit is not None and old_limit != new_limit:
+        out.append(EventSpec("Normal", C.BATCH_LIMIT_CHANGED,
+                             f"Batch limit changed from {old_limit} to {new_limit}: {why}"))
     return out

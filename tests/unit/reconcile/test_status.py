@@ -25,7 +25,7 @@ def cond(ctype: str, status: str, reason: str) -> Condition:
                      id="unbound-policy-warns"),
         pytest.param(cond(C.HARDWARE_RESOLVED, "True", C.UNKNOWN_GPU), "Warning",
                      id="unknown-gpu-warns-even-when-true"),
-        pytest.param(cond(C.METRICS_AVAILABLE, "False", C.PROMETHEUS_UNAVAILABLE), "Warning",
+        pytest.param(cond(C.METRICS_AVAILABLE, "False", C.METRICS_UNAVAILABLE), "Warning",
                      id="metrics-outage-warns"),
         pytest.param(cond(C.SCALING_LIMITED, "True", "AtMaxReplicas"), "Warning",
                      id="scaling-limited-warns"),

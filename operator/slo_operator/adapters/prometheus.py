@@ -1,0 +1,90 @@
+"""The Prometheus adapter: runs one cycle's PromQL queries, never raises.
+
+``prometheus-api-client`` is synchronous, so each query runs in a worker thread (the
+queries of one cycle run side by side) and the event loop stays free. Every failure
+(connection refused, timeout, HTTP error, a reply that is not JSON) becomes ``None`` for
+that query, which the signal parser turns into a typed ``MetricsState`` (Partial or
+Unavailable); the loop never sees an exception from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+log = logging.getLogger(__name__)
+
+Result = list[dict[str, Any]] | None
+
+
+class MetricsSource(Protocol):
+    """What the SLO loop needs from Prometheus (a fake in tests)."""
+
+    async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Result]:
+        """Results by query name; None for a query that failed."""
+        ...
+
+
+@dataclass
+class QueryError:
+    """Why the last failed query failed (for the MetricsAvailable message)."""
+
+    name: str
+    message: str
+
+
+class PrometheusAdapter:
+    """Instant queries against one Prometheus, each in a thread with a timeout."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        # One quick retry on a refused connection; a longer back-off would stall the pass
+        # while Prometheus is down, and the next pass retries anyway.
+        retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504))
+        self._client = PrometheusConnect(url=self.url, retry=retry)
+        self.last_error: QueryError | None = None
+
+    def query(self, name: str, expr: str, at: float) -> Result:
+        """One instant query at ``at`` (seconds since the epoch); None on any failure."""
+        try:
+            # requests takes a float timeout (the client's hint says int).
+            data = self._client.custom_query(expr, params={"time": f"{at:.3f}"},
+                                             timeout=self.timeout)
+        except (requests.RequestException, PrometheusApiClientException, ValueError,
+                KeyError, TypeError) as e:
+            self.last_error = QueryError(name, f"{type(e).__name__}: {str(e)[:300]}")
+            log.warning("Failed Prometheus query %s at %s: %s", name, self.url,
+                        self.last_error.message)
+            return None
+        if not isinstance(data, list):
+            self.last_error = QueryError(name, "reply carried no result list")
+            return None
+        return [r for r in data if isinstance(r, dict)]
+
+    async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Result]:
+        """All queries side by side in worker threads; a query past its timeout is None."""
+        self.last_error = None
+        names: Sequence[str] = list(queries)
+
+        async def one(name: str) -> Result:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.to_thread(self.query, name, queries[name], at), self.timeout + 1)
+            except TimeoutError:
+                self.last_error = QueryError(name, f"no answer within {self.timeout:g}s")
+                return None
+
+        results = await asyncio.gather(*(one(n) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    def close(self) -> None:
+        self._client.close()

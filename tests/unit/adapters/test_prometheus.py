@@ -1,0 +1,84 @@
+"""The Prometheus adapter turns every failure into None for that query, never an exception."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from slo_operator.adapters.prometheus import PrometheusAdapter
+
+SERIES = [{"metric": {"namespace": "ns", "service": "chat"}, "value": [1.0, "3"]}]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    replies: dict[str, tuple[int, bytes]] = {}
+    seen: list[dict[str, list[str]]] = []
+
+    def do_GET(self) -> None:
+        qs = parse_qs(urlparse(self.path).query)
+        self.seen.append(qs)
+        status, body = self.replies.get(qs["query"][0], (404, b"{}"))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    _Handler.replies = {
+        "good": (200, json.dumps({"status": "success", "data": {
+            "resultType": "vector", "result": SERIES}}).encode()),
+        "broken": (500, b'{"status": "error"}'),
+        "garbage": (200, b"not json"),
+    }
+    _Handler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_results_by_name_and_failures_as_none(prometheus: str) -> None:
+    prom = PrometheusAdapter(prometheus, timeout=5)
+    got = asyncio.run(prom.run({"a": "good", "b": "broken", "c": "garbage"}, at=1234.5))
+    assert got == {"a": SERIES, "b": None, "c": None}
+    assert prom.last_error is not None
+    # Every query is evaluated at the pass's time, so the signals are of one instant.
+    assert {q["time"][0] for q in _Handler.seen} == {"1234.500"}
+
+
+def test_prometheus_down_is_none_for_every_query() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    prom = PrometheusAdapter(f"http://127.0.0.1:{port}", timeout=2)
+    assert asyncio.run(prom.run({"a": "good", "b": "good"}, at=0)) == {"a": None, "b": None}
+
+
+def test_a_prometheus_that_never_answers_times_out_as_none() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections, never replies
+    try:
+        prom = PrometheusAdapter(f"http://127.0.0.1:{listener.getsockname()[1]}",
+                                 timeout=0.2)
+        assert asyncio.run(prom.run({"a": "good"}, at=0)) == {"a": None}
+        assert prom.last_error is not None
+    finally:
+        listener.close()
