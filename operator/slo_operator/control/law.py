@@ -8,6 +8,7 @@ law, each protection and each reason; keep it in step with this module.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -30,14 +31,15 @@ from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATION
 
 # Feedback correction bounds and steps: the latency error corrects the model, it never
 # replaces it (an error-only rule overshoots during cold starts).
-CORRECTION_MIN = 0.8
+CORRECTION_MIN = 0.9  # with TARGET_UTILIZATION 0.8: never plan replicas beyond ~90% busy
 CORRECTION_MAX = 3.0
 CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
 CORRECTION_DECAY = 0.95  # per cycle, while latency is well inside its targets
 RELAXED_ERROR = 0.6  # latency error below which the correction decays
 # Speed learning from warm, saturated replicas.
 SPEED_ALPHA = 0.3
-SPEED_MIN, SPEED_MAX = 0.2, 5.0
+SPEED_MIN, SPEED_MAX = 0.33, 3.0
+SATURATED_SHARE = 0.5  # replicas count as saturated from this share of the batch limit
 # Live limit moves.
 LIMIT_DOWN_FACTOR = 0.75
 LIMIT_UP_FACTOR = 1.5
@@ -69,9 +71,9 @@ class _Limited:
     message: str = ""
 
     def set(self, reason: str, message: str) -> None:
-        # The first limit that bit is the one reported (as HPA does).
-        if self.reason is None:
-            self.reason, self.message = reason, message
+        # Limits are applied from the softest to the hardest: the last that bit is the one
+        # that decides, and the one reported.
+        self.reason, self.message = reason, message
 
 
 def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: float) -> Decision:
@@ -114,7 +116,6 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     ratios = _ratios(sig, policy, cap, ttft_floor)
     err = max(ratios.values()) if ratios else None
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
-    correction = _correct(state.correction, err, in_flight)
 
     # The batch limit first: the replicas are sized at the batch they will really run.
     limit, bias, limit_reason, limit_message = _batch_limit(
@@ -122,12 +123,25 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     plan_batch = min(cap.batch, limit)
     per_replica = rate_at_batch(st, plan_batch, prompt, output)
 
-    # Demand: the finished rate, burst headroom from recent rates, and the backlog.
+    # Demand: arrivals (finished rate plus queue growth: a saturated service finishes at
+    # its capacity, not at the demand), burst headroom from recent rates, and the backlog.
+    arrivals = lam
+    if state.last_waiting is not None and state.last_time is not None \
+            and 0 < now - state.last_time <= 2 * policy.window_s:
+        # Signed: a draining queue means the service finishes faster than requests arrive.
+        arrivals = max(0.0, arrivals + (waiting - state.last_waiting) / (now - state.last_time))
     rates = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
-    rates = (*rates, (now, lam))[-MAX_RATES:]
-    burst = policy.burst_k * _stdev([r for _, r in rates])
-    backlog = waiting / max(policy.backlog_drain_s, 1.0)
-    demand = 0.0 if idle else lam + burst + backlog
+    rates = (*rates, (now, arrivals))[-MAX_RATES:]
+    burst = policy.burst_k * _noise([r for _, r in rates])
+    # The queue must drain after the replicas asked for now arrive (a cold start later).
+    backlog = waiting / max(policy.backlog_drain_s + policy.cold_start_s, 1.0)
+    demand = 0.0 if idle else arrivals + burst + backlog
+    # Feedback corrects the model only where the model says the replicas suffice and the
+    # latency says they do not, and never while capacity is arriving or a queue drains.
+    model_need = demand * state.correction / per_replica if per_replica > 0 else math.inf
+    draining = state.last_waiting is not None and waiting < state.last_waiting
+    settling = in_flight or obs.replicas.warming > 0 or draining or model_need > cur
+    correction = _correct(state.correction, err, settling)
     need = demand * correction / per_replica if per_replica > 0 else float(policy.max_replicas)
 
     lo, hi = policy.min_replicas, policy.max_replicas
@@ -147,26 +161,27 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         rec = math.ceil(need * (1.0 + tol) - 1e-9)
     else:
         rec = cur
-    if rec < cur and err is not None and err > 1.0:
+    slo_hold = rec < cur and err is not None and err > 1.0
+    if slo_hold:
         rec = cur  # never scale in while the SLO is violated
 
     # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
     # down to the highest of the down window.
     horizon = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
     recs = tuple((t, n) for t, n in state.recommendations if now - t <= horizon)
-    if not state.recommendations:
-        # No history (new service): the current replicas count as this window's wish, so
-        # the first scale-down still waits a whole stabilization window.
-        recs = ((now, cur),)
     recs = (*recs, (now, rec))[-MAX_RECOMMENDATIONS:]
     up_floor = min(n for t, n in recs if now - t <= policy.scale_up_stabilization_s)
     down_ceiling = max(n for t, n in recs if now - t <= policy.scale_down_stabilization_s)
+    if not state.recommendations:
+        # No history (new service, or status lost): the current replicas count as the
+        # window's wish, so the first scale-down still waits a whole window.
+        down_ceiling = max(down_ceiling, cur)
     target = cur
     if target < up_floor:
         target = up_floor
     if target > down_ceiling:
         target = down_ceiling
-    held: str | None = None
+    held: str | None = R.SLO_VIOLATED if slo_hold else None
     if rec < cur and target == cur:
         held = R.STABILIZING
 
@@ -196,25 +211,27 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                     f"further scale-up (wanted {target}) until they schedule")
         target, held = cur, R.PENDING
 
-    # Bounds and budget, reported as ScalingLimited.
-    if target < lo:
-        if rec < lo:
-            limited.set(R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")
-        target = lo
-    if target > hi:
-        limited.set(R.TOO_MANY_REPLICAS, f"the load needs {target}; maxReplicas is {hi}")
-        target = hi
+    # Bounds and budget, reported as ScalingLimited when the wish itself is out of them
+    # (they outrank the step limits: they would bind even with unlimited steps).
+    # A bound is reported when the wish is beyond it and it binds at least as hard as
+    # the step limits did.
+    if rec < lo and target <= lo:
+        limited.set(R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")
+    target = max(target, lo)
+    if rec > hi and target >= hi:
+        limited.set(R.TOO_MANY_REPLICAS, f"the load needs {rec}; maxReplicas is {hi}")
+    target = min(target, hi)
     if policy.gpu_budget is not None:
-        most = policy.gpu_budget // max(1, obs.gpus_per_replica)
-        if target > most:
+        most = max(0, policy.gpu_budget // max(1, obs.gpus_per_replica))
+        if min(rec, hi) > most and target >= most:
             limited.set(R.GPU_BUDGET, f"gpuBudget {policy.gpu_budget} allows {most} replicas "
-                        f"of {obs.gpus_per_replica} GPU(s)")
-            target = max(0, most)
+                        f"of {obs.gpus_per_replica} GPU(s); the load needs {rec}")
+        target = min(target, most)
 
     reason = _reason(target, cur, rec, need, idle, err, held, in_flight, limit_reason,
                      obs.batch_limit, limit)
     message = (
-        f"load {lam:.2f} req/s (+{burst:.2f} burst, +{backlog:.2f} backlog) x{correction:.2f} "
+        f"load {arrivals:.2f} req/s (+{burst:.2f} burst, +{backlog:.2f} backlog) x{correction:.2f} "
         f"correction at {per_replica:.2f} req/s per replica (batch {plan_batch}, "
         f"{prompt:.0f}+{output:.0f} tokens, speed {speed:.2f}) needs {need:.2f} replicas; "
         f"{_latency_text(sig, policy)}; replicas {cur} -> {target}, limit "
@@ -240,6 +257,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         rates=rates,
         prompt_tokens=prompt,
         output_tokens=output,
+        last_waiting=waiting,
+        last_time=now,
     )
     return Decision(
         valid=True, replicas=target, batch_limit=limit, reason=reason, message=message,
@@ -310,18 +329,21 @@ def _learn_speed(obs: Observation, seed: StepTimes, prompt: float, speed: float,
     serving = r.serving
     if r.warming or r.starting or serving <= 0:
         return speed, samples  # cold replicas would read as slow ones
-    if not s.waiting or s.waiting <= 0 or not s.running or not s.generation_tokens_rate:
+    if not s.waiting or s.waiting < 1 or not s.running or not s.generation_tokens_rate:
         return speed, samples  # only a queue shows the replicas' limit
     batch = s.running / serving
-    prefill_share = 0.0
-    if s.prompt_tokens_rate:
-        prefill_share = min(0.9, s.prompt_tokens_rate / serving * seed.prefill_ms_per_token
-                            / 1000.0)
-    predicted = predicted_tokens_per_s(seed, batch) * (1.0 - prefill_share)
-    if predicted <= 0:
+    if batch < SATURATED_SHARE * max(1, obs.batch_limit):
+        return speed, samples  # a queue in front of half-empty replicas is not their limit
+    # A replica s times faster than the seed decodes s * D(b) tokens/s for the time prefill
+    # leaves it: gen = s * D * (1 - prefill_seed / s) = s * D - D * prefill_seed, where
+    # prefill_seed is the share of time prefill takes at seed speed. Solve for s.
+    decode = predicted_tokens_per_s(seed, batch)
+    if decode <= 0:
         return speed, samples
-    ratio = max(SPEED_MIN, min(SPEED_MAX, s.generation_tokens_rate / serving / predicted))
-    new = ratio if samples == 0 else (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio
+    prefill_seed = (s.prompt_tokens_rate or 0.0) / serving * seed.prefill_ms_per_token / 1000.0
+    ratio = s.generation_tokens_rate / serving / decode + prefill_seed
+    ratio = max(SPEED_MIN, min(SPEED_MAX, ratio))
+    new = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio
     return new, samples + 1
 
 
@@ -338,12 +360,12 @@ def _ratios(sig: Signals, policy: ControlPolicy, cap: Capacity,
     return out
 
 
-def _correct(correction: float, err: float | None, in_flight: bool) -> float:
+def _correct(correction: float, err: float | None, settling: bool) -> float:
     if err is None:
         return correction
     if err > 1.0:
-        if in_flight:
-            return correction  # capacity asked for has not arrived: do not ask twice
+        if settling:
+            return correction  # the model already explains the miss: do not ask twice
         return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, max(1.1, math.sqrt(err))))
     if err < RELAXED_ERROR:
         if correction > 1.0:
@@ -360,9 +382,9 @@ def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, n
         return current, state.limit_bias, None, ""
     base = max(floor, min(ceiling, cap.batch))
     bias = state.limit_bias
+    # Only a measured inter-token latency against its own target lowers the limit: an
+    # e2e miss is as often queueing (replicas' job) as slow decoding.
     itl_r = ratios.get("itl")
-    if itl_r is None and "e2e" in ratios and ratios.get("ttft", 0.0) <= 1.0:
-        itl_r = ratios["e2e"]  # e2e over with TTFT fine: decoding is what is slow
     ttft_r = ratios.get("ttft")
     short = in_flight or cur >= policy.max_replicas or obs.replicas.pending > 0
     why: str | None = None
@@ -404,11 +426,19 @@ def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, n
         f"range {floor}..{ceiling})")
 
 
-def _stdev(xs: list[float]) -> float:
-    if len(xs) < 3:
+def _noise(xs: list[float]) -> float:
+    """Standard deviation of the rate's noise around its trend, robust to level shifts.
+
+    From the median absolute successive difference: for Gaussian noise of deviation s,
+    |x[i+1] - x[i]| has median 0.954 s; a single step in the level moves one difference
+    only, so a ramp or a step is not mistaken for burstiness.
+    """
+    if len(xs) < 4:
         return 0.0
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    diffs = sorted(abs(b - a) for a, b in itertools.pairwise(xs))
+    mid = len(diffs) // 2
+    median = diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
+    return median / 0.954
 
 
 def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float | None,
@@ -420,10 +450,10 @@ def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float
         if idle:
             return R.SCALED_TO_ZERO_REASON if target == 0 else R.NO_TRAFFIC
         return R.LOAD_DECREASED
+    if limit_reason is not None and limit != old_limit:
+        return limit_reason  # the action taken outranks why replicas stayed
     if held is not None:
         return held
-    if limit_reason is not None and limit != old_limit:
-        return limit_reason
     if in_flight and rec >= cur:
         return R.WAITING_FOR_REPLICAS
     if idle:

@@ -39,7 +39,8 @@ class ControlPolicy:
     tolerance: float = 0.1  # dead band on the replica need, both directions
     burst_k: float = 1.0  # headroom in standard deviations of the recent request rate
     burst_lookback_s: float = 600.0  # how far back burst statistics reach
-    backlog_drain_s: float = 30.0  # time in which a queue should be drained
+    backlog_drain_s: float = 30.0  # time in which a queue should be drained once served
+    cold_start_s: float = 60.0  # time from asking for a replica to its first request
     limit_interval_s: float = 10.0  # least time between two live limit changes
     restart_interval_s: float = 1800.0  # least time between two restart-mode limit changes
 

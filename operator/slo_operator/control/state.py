@@ -38,6 +38,8 @@ class ControlState:
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
+    last_waiting: float | None = None  # queue length at the last valid decision
+    last_time: float | None = None  # time of the last valid decision
     extra: Mapping[str, Any] = field(default_factory=dict)  # reserved, round-tripped as is
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +64,8 @@ class ControlState:
             "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
             "promptTokens": _opt(self.prompt_tokens),
             "outputTokens": _opt(self.output_tokens),
+            "lastWaiting": _opt(self.last_waiting),
+            "lastTime": _opt(self.last_time),
         }
         if self.extra:
             out["extra"] = dict(self.extra)
@@ -91,6 +95,8 @@ class ControlState:
             rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
             prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
             output_tokens=_num(data.get("outputTokens"), lo=0.0),
+            last_waiting=_num(data.get("lastWaiting"), lo=0.0),
+            last_time=_num(data.get("lastTime")),
             extra=dict(extra) if isinstance(extra, Mapping) else {},
         )
 

@@ -1,0 +1,190 @@
+"""decide(): one table of situations, each with what a platform engineer expects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from control_support import T0, history, make_obs, make_policy, make_state
+
+from slo_operator.api.observe import MetricsState
+from slo_operator.control import ControlState, decide
+from slo_operator.control import reasons as R
+
+
+@dataclass
+class Case:
+    id: str
+    obs: dict[str, Any]
+    want_replicas: int
+    want_reason: str
+    policy: dict[str, Any] = field(default_factory=dict)
+    state: ControlState = field(default_factory=ControlState)
+    want_limited: str | None = None
+    want_limit: int | None = 64
+    want_valid: bool = True
+
+
+SETTLED = history(2, since=T0 - 600)  # two replicas wanted for the last ten minutes
+
+CASES = [
+    Case("load-step-breaching-e2e-scales-out-at-once",
+         obs={"desired": 2, "rate": 80.0, "e2e": 12_000.0},
+         state=make_state(recommendations=SETTLED),
+         want_replicas=4, want_reason=R.SLO_VIOLATED),
+    Case("load-growth-within-slo-scales-out-from-the-model",
+         obs={"desired": 2, "rate": 60.0}, state=make_state(recommendations=SETTLED),
+         want_replicas=3, want_reason=R.LOAD_INCREASED),
+    Case("need-inside-dead-band-holds",
+         obs={"desired": 3, "rate": 3 * 20.47 * 1.05},
+         state=make_state(recommendations=history(3, since=T0 - 600)),
+         want_replicas=3, want_reason=R.WITHIN_TOLERANCE),
+    Case("load-drop-waits-for-stabilization-window",
+         obs={"desired": 4, "rate": 10.0},
+         state=make_state(recommendations=history(4, since=T0 - 120)),
+         want_replicas=4, want_reason=R.STABILIZING),
+    Case("first-decision-never-scales-in",
+         obs={"desired": 4, "rate": 10.0}, want_replicas=4, want_reason=R.STABILIZING),
+    Case("load-low-for-a-whole-window-scales-in-one-step",
+         obs={"desired": 4, "rate": 10.0},
+         state=make_state(recommendations=history(1, since=T0 - 400)),
+         want_replicas=3, want_reason=R.LOAD_DECREASED, want_limited=R.SCALE_DOWN_LIMIT),
+    Case("scale-in-blocked-while-slo-violated",
+         obs={"desired": 4, "rate": 10.0, "ttft": 1_500.0},
+         state=make_state(recommendations=history(1, since=T0 - 400)),
+         want_replicas=4, want_reason=R.SLO_VIOLATED),
+    Case("no-scale-in-right-after-a-scale-up",
+         obs={"desired": 4, "rate": 10.0},
+         state=make_state(recommendations=history(1, since=T0 - 400, until=T0 - 330),
+                          last_scale_time=T0 - 60, last_scale_direction=1),
+         want_replicas=4, want_reason=R.REVERSAL_BLOCKED),
+    Case("pending-pods-block-further-scale-up",
+         obs={"desired": 4, "ready": 2, "pending": 2, "rate": 200.0, "ttft": 5_000.0,
+              "waiting": 50.0},
+         want_replicas=4, want_reason=R.PENDING, want_limited=R.PENDING),
+    Case("scale-up-step-capped",
+         obs={"desired": 2, "rate": 300.0}, want_replicas=6, want_reason=R.LOAD_INCREASED,
+         want_limited=R.SCALE_UP_LIMIT),
+    Case("max-replicas-caps-and-says-so",
+         obs={"desired": 6, "rate": 300.0}, want_replicas=8, want_reason=R.LOAD_INCREASED,
+         want_limited=R.TOO_MANY_REPLICAS),
+    Case("gpu-budget-caps-replicas",
+         obs={"desired": 2, "rate": 100.0, "gpus_per_replica": 2}, policy={"gpu_budget": 6},
+         want_replicas=3, want_reason=R.LOAD_INCREASED, want_limited=R.GPU_BUDGET),
+    Case("min-replicas-floor-at-low-load",
+         obs={"desired": 2, "rate": 1.0}, policy={"min_replicas": 2},
+         state=make_state(recommendations=history(1, since=T0 - 400)),
+         want_replicas=2, want_reason=R.WITHIN_TOLERANCE, want_limited=R.TOO_FEW_REPLICAS),
+    Case("idle-service-scales-to-zero-after-window",
+         obs={"desired": 1, "rate": 0.0, "running": 0.0, "e2e": None, "ttft": None,
+              "state": MetricsState.NO_TRAFFIC},
+         policy={"min_replicas": 0, "scale_to_zero": True},
+         state=make_state(recommendations=history(0, since=T0 - 400)),
+         want_replicas=0, want_reason=R.SCALED_TO_ZERO_REASON),
+    Case("idle-service-keeps-min-one",
+         obs={"desired": 2, "rate": 0.0, "running": 0.0, "e2e": None, "ttft": None,
+              "state": MetricsState.NO_TRAFFIC},
+         state=make_state(recommendations=history(0, since=T0 - 400)),
+         want_replicas=1, want_reason=R.NO_TRAFFIC, want_limited=R.TOO_FEW_REPLICAS),
+    Case("prometheus-down-holds-last-good",
+         obs={"desired": 5, "state": MetricsState.UNAVAILABLE, "rate": None},
+         state=make_state(last_good_replicas=5, last_good_limit=48),
+         want_replicas=5, want_reason=R.METRICS_UNAVAILABLE, want_valid=False, want_limit=48),
+    Case("stale-metrics-never-scale-to-zero",
+         obs={"desired": 3, "state": MetricsState.STALE},
+         state=make_state(last_good_replicas=0),
+         want_replicas=3, want_reason=R.METRICS_STALE, want_valid=False),
+    Case("series-vanished-holds",
+         obs={"desired": 3, "state": MetricsState.EMPTY, "rate": None},
+         want_replicas=3, want_reason=R.METRICS_EMPTY, want_valid=False),
+    Case("rate-missing-holds",
+         obs={"desired": 3, "state": MetricsState.PARTIAL, "rate": None},
+         want_replicas=3, want_reason=R.METRICS_PARTIAL, want_valid=False),
+    Case("new-service-without-pods-runs-minimum",
+         obs={"desired": 0, "ready": 0, "state": MetricsState.EMPTY, "rate": None},
+         policy={"min_replicas": 2},
+         want_replicas=2, want_reason=R.WAITING_FOR_REPLICAS),
+    Case("burst-while-replicas-start-raises-live-limit",
+         obs={"desired": 4, "ready": 2, "starting": 2, "rate": 40.0, "ttft": 2_500.0,
+              "waiting": 30.0, "batch_limit": 32},
+         state=make_state(recommendations=history(4, since=T0 - 60)),
+         want_replicas=4, want_reason=R.LIMIT_RAISED, want_limit=64),
+    Case("itl-over-target-lowers-live-limit",
+         obs={"desired": 2, "rate": 30.0, "itl": 40.0}, policy={"itl_target_ms": 30.0},
+         state=make_state(recommendations=SETTLED),
+         want_replicas=2, want_reason=R.LIMIT_LOWERED, want_limit=48),
+    Case("batching-off-never-moves-the-limit",
+         obs={"desired": 2, "rate": 30.0, "itl": 40.0},
+         policy={"itl_target_ms": 30.0, "batching_mode": "off"},
+         state=make_state(recommendations=SETTLED),
+         want_replicas=2, want_reason=R.STEADY, want_limit=64),
+    Case("restart-mode-ignores-a-small-limit-move",
+         obs={"desired": 2, "rate": 30.0, "itl": 40.0},
+         policy={"itl_target_ms": 30.0, "batching_mode": "restart"},
+         state=make_state(recommendations=SETTLED),
+         want_replicas=2, want_reason=R.STEADY, want_limit=64),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_decide(case: Case) -> None:
+    d = decide(make_obs(**case.obs), make_policy(**case.policy), case.state, T0)
+    assert (d.replicas, d.reason, d.valid) == (case.want_replicas, case.want_reason,
+                                               case.want_valid), d.message
+    assert d.limited_reason == case.want_limited, d.limited_message
+    assert d.batch_limit == case.want_limit
+    assert d.message  # every decision explains itself
+    if case.want_limited:
+        assert d.limited_message
+
+
+def test_invalid_decision_keeps_state_untouched() -> None:
+    state = make_state(last_good_replicas=5, correction=1.4, recommendations=SETTLED)
+    d = decide(make_obs(desired=5, state=MetricsState.UNAVAILABLE, rate=None),
+               make_policy(), state, T0)
+    assert d.state == state
+
+
+def test_warming_replicas_do_not_teach_the_model() -> None:
+    """A cold replica reads as a slow one: its samples must not lower the learnt speed."""
+    slow = {"desired": 3, "rate": 40.0, "waiting": 20.0, "running": 180.0, "gen_rate": 4_000.0}
+    warm = decide(make_obs(**slow), make_policy(), ControlState(), T0)
+    cold = decide(make_obs(warming=1, **slow), make_policy(), ControlState(), T0)
+    assert warm.state.speed < 0.9 and warm.state.speed_samples == 1
+    assert cold.state.speed == 1.0 and cold.state.speed_samples == 0
+
+
+def test_idle_replicas_do_not_teach_the_model() -> None:
+    """Without a queue the observed throughput is the demand, not the capacity."""
+    d = decide(make_obs(desired=3, rate=5.0, waiting=0.0, gen_rate=100.0), make_policy(),
+               ControlState(), T0)
+    assert d.state.speed_samples == 0
+
+
+def test_correction_is_frozen_while_capacity_is_starting() -> None:
+    """During cold starts a latency-only rule keeps adding replicas; this one waits."""
+    over = {"rate": 40.0, "e2e": 20_000.0}
+    settled = make_state(recommendations=SETTLED)
+    starting = decide(make_obs(desired=4, ready=2, starting=2, **over), make_policy(),
+                      settled, T0)
+    steady = decide(make_obs(desired=2, **over), make_policy(), settled, T0)
+    assert starting.state.correction == 1.0
+    assert steady.state.correction > 1.0
+
+
+def test_hardware_change_resets_learnt_speed() -> None:
+    state = make_state(speed=0.5, speed_key="A100/bf16", speed_samples=9,
+                       recommendations=SETTLED)
+    d = decide(make_obs(desired=2, rate=30.0), make_policy(), state, T0)
+    assert d.state.speed == 1.0 and d.state.speed_key == "H200/bf16"
+
+
+def test_infeasible_target_is_reported_and_not_chased() -> None:
+    """A 600 ms e2e target for 200-token outputs cannot be met by any replica count."""
+    d = decide(make_obs(desired=2, rate=30.0, e2e=4_000.0, ttft=100.0),
+               make_policy(e2e_target_ms=600.0, ttft_target_ms=300.0),
+               make_state(recommendations=SETTLED), T0)
+    assert d.limited_reason == R.TARGET_INFEASIBLE
+    assert d.state.correction <= 1.0  # the e2e error does not inflate the replica need
+    assert d.replicas == 2
