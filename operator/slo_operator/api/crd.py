@@ -35,7 +35,6 @@ _KIND_DOC = (
     "Kind is a string value representing the REST resource this object represents. "
     "In CamelCase."
 )
-_METADATA_DOC = "Standard object metadata: name, namespace, labels, annotations."
 
 _DROP_KEYS = {"title"}
 
@@ -149,7 +148,9 @@ def _crd(
         "properties": {
             "apiVersion": {"type": "string", "description": _API_VERSION_DOC},
             "kind": {"type": "string", "description": _KIND_DOC},
-            "metadata": {"type": "object", "description": _METADATA_DOC},
+            # The API server forbids anything but the type here (kubectl explain shows
+            # ObjectMeta's own documentation for metadata).
+            "metadata": {"type": "object"},
             "spec": spec_schema,
             "status": _status_schema(status_model),
         },

@@ -35,8 +35,9 @@ CRDS = {c["spec"]["names"]["kind"]: c for c in all_crds()}
 @pytest.mark.parametrize("kind", sorted(CRDS))
 def test_every_schema_node_has_a_description(kind: str) -> None:
     root = CRDS[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # metadata may carry nothing but its type (the API server rejects a description).
     missing = [path for path, node in nodes(root, kind)
-               if not str(node.get("description") or "").strip()]
+               if not str(node.get("description") or "").strip() and path != f"{kind}.metadata"]
     assert missing == [], f"{len(missing)} nodes without a description:\n" + "\n".join(missing)
 
 
