@@ -268,5 +268,26 @@ def demo(duration: float | None, trace: str | None, speed: float | None, out: Pa
     cli_entry.main(duration=duration, trace=trace, speed=speed, out=out, keep=keep)
 
 
+@main.command()
+@click.option("--trace", "traces", multiple=True, default=("azure-code,azure-conv",),
+              show_default=True,
+              help="Workload: azure-code,azure-conv | servegen-day | ramp (repeatable).")
+@click.option("--targets", type=click.Choice(["strict", "loose", "both"]), default="both",
+              show_default=True, help="Objective set(s) to judge windows by.")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("bench-report"), show_default=True, help="Report directory.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
+def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int) -> None:
+    """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
+    from slo_operator.sim.command import run as run_bench
+
+    sets = ["strict", "loose"] if targets == "both" else [targets]
+    try:
+        path = run_bench(list(traces), sets, out, seed)
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    click.echo(f"Wrote {path}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,249 @@
+"""One benchmark run: a workload, one policy per tenant, ground-truth window statistics.
+
+The policies observe through :class:`~slo_operator.sim.metrics.Scraper` (Prometheus-like);
+the *report* judges every 1-minute window from the exact per-request and per-token
+latencies of the simulation (not from bucket interpolation), so a policy cannot look good
+by the coarseness of vLLM's buckets.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slo_operator.sim.engine import ITL_BIN_S, Finished, Phase, Service, Simulation
+from slo_operator.sim.metrics import Scraper
+from slo_operator.sim.policies import Context, Objectives, Policy
+from slo_operator.sim.traces import Request, Trace
+from slo_runtime.stepmodel import StepModel
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One service of a workload: its model, engine settings, objectives and bounds."""
+
+    name: str
+    model: StepModel
+    objectives: Objectives
+    max_replicas: int = 16
+    min_replicas: int = 1
+    initial_replicas: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    routing: str = "bound"
+    precision: str = "bf16"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    trace: Trace
+    tenants: tuple[Tenant, ...]
+
+    def tenant(self, name: str) -> Tenant:
+        """The tenant called ``name``."""
+        return next(t for t in self.tenants if t.name == name)
+
+
+@dataclass(frozen=True)
+class WindowStat:
+    """Ground truth of one tenant's 1-minute window (requests finished in it)."""
+
+    start: float
+    arrivals: int
+    finished: int
+    e2e_p99: float | None
+    ttft_p95: float | None
+    itl_p99: float | None
+    jitter: float | None
+    good: bool
+
+
+@dataclass
+class TenantResult:
+    name: str
+    windows: list[WindowStat]
+    gpu_seconds: float
+    scale_actions: int
+    limit_changes: int
+    preemptions: int
+    series: list[tuple[float, int, int, int]]  # (t, replicas incl. starting/draining, ready, limit)
+    e2e: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+
+    @property
+    def attainment(self) -> float:
+        """Good windows over windows with finished requests."""
+        busy = [w for w in self.windows if w.finished]
+        return sum(w.good for w in busy) / len(busy) if busy else 1.0
+
+
+@dataclass
+class RunResult:
+    policy: str
+    workload: str
+    tenants: dict[str, TenantResult]
+    cpu_s: float
+    sim_s: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(t.gpu_seconds for t in self.tenants.values()) / 3600.0
+
+    @property
+    def attainment(self) -> float:
+        """Good (tenant, window) pairs over all pairs with traffic."""
+        busy = [w for t in self.tenants.values() for w in t.windows if w.finished]
+        return sum(w.good for w in busy) / len(busy) if busy else 1.0
+
+    @property
+    def min_attainment(self) -> float:
+        return min(t.attainment for t in self.tenants.values())
+
+    @property
+    def scale_actions(self) -> int:
+        return sum(t.scale_actions for t in self.tenants.values())
+
+    @property
+    def limit_changes(self) -> int:
+        return sum(t.limit_changes for t in self.tenants.values())
+
+    @property
+    def mean_replicas(self) -> float:
+        return self.gpu_hours * 3600.0 / self.sim_s if self.sim_s else 0.0
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1) of ``xs``; None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def _bins_pct(bins: Sequence[int] | None, q: float) -> float | None:
+    if not bins:
+        return None
+    total = sum(bins)
+    if total <= 0:
+        return None
+    rank = q * total
+    acc = 0
+    for i, c in enumerate(bins):
+        acc += c
+        if acc >= rank:
+            return (i + 1) * ITL_BIN_S
+    return len(bins) * ITL_BIN_S
+
+
+def jitter_of(done: Sequence[Finished]) -> float | None:
+    """CV of per-request time per output token (decode speed instability) in a window."""
+    tpot = [(f.done - f.first) / (f.output - 1) for f in done if f.output > 1]
+    if len(tpot) < 2:
+        return None
+    m = statistics.fmean(tpot)
+    return statistics.pstdev(tpot) / m if m > 0 else None
+
+
+def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[int]],
+                 arrivals: Sequence[float], start: float, end: float, window_s: float,
+                 obj: Objectives) -> list[WindowStat]:
+    """Per-window ground truth over [start, end) for requests finished in each window."""
+    n = max(1, math.ceil((end - start) / window_s))
+    by: list[list[Finished]] = [[] for _ in range(n)]
+    arr = [0] * n
+    for f in finished:
+        i = int((f.done - start) // window_s)
+        if 0 <= i < n:
+            by[i].append(f)
+    for t in arrivals:
+        i = int((t - start) // window_s)
+        if 0 <= i < n:
+            arr[i] += 1
+    out = []
+    w0 = int(start // window_s)
+    for i in range(n):
+        done = by[i]
+        e2e = _pct([f.done - f.t for f in done], 0.99)
+        ttft = _pct([f.first - f.t for f in done], 0.95)
+        itl = _bins_pct(itl_bins.get(w0 + i), 0.99)
+        jit = jitter_of(done)
+        good = (e2e is None or e2e * 1e3 <= obj.e2e_p99_ms) and \
+            (ttft is None or ttft * 1e3 <= obj.ttft_p95_ms) and \
+            (itl is None or itl * 1e3 <= obj.itl_p99_ms) and \
+            (obj.jitter_max is None or jit is None or jit <= obj.jitter_max)
+        out.append(WindowStat(start + i * window_s, arr[i], len(done), e2e, ttft, itl, jit,
+                              good))
+    return out
+
+
+def build_sim(workload: Workload, requests: Sequence[Request] | None = None, *,
+              replicas: Mapping[str, int] | None = None, start: float = 0.0,
+              warm: bool = True, routing: str | None = None
+              ) -> tuple[Simulation, dict[str, Service]]:
+    """A simulation with one service per tenant (``replicas`` each, warm by default)."""
+    sim = Simulation()
+    sim.now = start
+    services = {}
+    for t in workload.tenants:
+        n = (replicas or {}).get(t.name, t.initial_replicas)
+        services[t.name] = Service(sim, t.name, t.model, replicas=n,
+                                   max_num_seqs=t.max_num_seqs,
+                                   max_num_batched_tokens=t.max_num_batched_tokens,
+                                   routing=routing or t.routing, warm=warm)
+    sim.services = services
+    return sim, services
+
+
+def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str | None = None,
+             scrape_s: float = 15.0, window_s: float = 60.0, tail_s: float = 300.0,
+             routing: str | None = None, progress: Callable[[float], None] | None = None,
+             initial: Mapping[str, int] | None = None) -> RunResult:
+    """Replay the workload with one policy per tenant; judge every window from the truth."""
+    cpu0 = time.process_time()
+    trace = workload.trace
+    sim, services = build_sim(workload, replicas=initial, routing=routing)
+    scraper = Scraper(services, scrape_s)
+    sim.every(scrape_s, scraper.scrape)
+    series: dict[str, list[tuple[float, int, int, int]]] = {n: [] for n in services}
+
+    def record(now: float) -> None:
+        for n, svc in services.items():
+            ready = sum(1 for r in svc.replicas if r.phase is Phase.READY)
+            series[n].append((now, len(svc.replicas), ready, svc.limit))
+
+    sim.every(scrape_s, record)
+    for t in workload.tenants:
+        pol = policies[t.name]
+        ctx = Context(services[t.name], scraper, t.objectives, t.model,
+                      min_replicas=t.min_replicas, max_replicas=t.max_replicas,
+                      precision=t.precision)
+
+        def tick(now: float, pol: Policy = pol, ctx: Context = ctx) -> None:
+            act = pol.act(ctx, now)
+            if act.limit is not None:
+                ctx.svc.set_limit(act.limit, now)
+            if act.replicas is not None:
+                ctx.svc.set_replicas(act.replicas, now)
+
+        # Policies start after the first scrape, like a controller after its first query.
+        sim.every(pol.period_s, tick, start=min(pol.period_s, scrape_s) + 0.5)
+    end = trace.duration
+    sim.run(trace.requests, lambda r: services[r.tenant], end + tail_s, progress)
+    tenants = {}
+    for t in workload.tenants:
+        svc = services[t.name]
+        arrivals = [r.t for r in trace.requests if r.tenant == t.name]
+        wins = window_stats(svc.finished, svc.itl_bins, arrivals, 0.0, end, window_s,
+                            t.objectives)
+        tenants[t.name] = TenantResult(
+            t.name, wins, svc.gpu_seconds(end), svc.scale_actions, svc.limit_changes,
+            svc.preemptions, series[t.name],
+            e2e=[f.done - f.t for f in svc.finished if f.done < end],
+            ttft=[f.first - f.t for f in svc.finished if f.done < end])
+    names = {p.name for p in policies.values()}
+    return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
+                     time.process_time() - cpu0, end)
