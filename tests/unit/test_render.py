@@ -19,6 +19,7 @@ from slo_operator.render.objects import (
     engine_hash,
     live_limit_patch,
 )
+from slo_runtime.contract import VLLM_HOST, VLLM_PORT
 
 
 def make_input(**kw: Any) -> RenderInput:
@@ -50,7 +51,11 @@ def _container(dep: dict[str, Any], name: str) -> dict[str, Any]:
 def test_gpu_resources(kw: dict[str, Any], want_resource: str, want_gpus: str) -> None:
     vllm = _container(build_deployment(make_input(**kw)), "vllm")
     assert vllm["resources"]["limits"] == {want_resource: want_gpus}
-    assert vllm["resources"]["requests"] == {want_resource: want_gpus}
+    requests = vllm["resources"]["requests"]
+    assert requests[want_resource] == want_gpus
+    # Host CPU and memory are requested too (quota-enforcing namespaces demand them).
+    assert int(requests["cpu"]) >= 2 + 2 * int(want_gpus)
+    assert requests["memory"].endswith("Gi")
 
 
 def test_engine_args_reach_the_launcher_verbatim() -> None:
@@ -92,8 +97,11 @@ def test_tenant_defaults_to_namespace() -> None:
 def test_probes_and_graceful_termination() -> None:
     dep = build_deployment(make_input())
     vllm = _container(dep, "vllm")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert vllm[probe]["httpGet"]["path"] == "/health"
+    # Liveness asks the engine itself on loopback, not the gateway in front of it.
+    command = " ".join(vllm["livenessProbe"]["exec"]["command"])
+    assert f"http://{VLLM_HOST}:{VLLM_PORT}/health" in command
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 60
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
@@ -115,6 +123,12 @@ def test_live_batch_limit_flows_through_downward_api() -> None:
 
 def test_live_limit_patch_sets_only_the_annotation() -> None:
     assert live_limit_patch(17) == {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: "17"}}}
+
+
+def test_preview_without_uid_has_no_owner_reference() -> None:
+    # An all-zero or empty UID would let the garbage collector delete applied previews.
+    for obj in build_all(make_input(uid="")):
+        assert "ownerReferences" not in obj["metadata"]
 
 
 def test_every_object_is_owned_by_the_service() -> None:

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slo_operator.api.models import API_VERSION
+from slo_operator.render.names import (
+    ANNOTATION_SERVICE_NAME,
+    child_name,
+    label_value,
+    service_label,
+)
 from slo_runtime.contract import (
     ANNOTATION_ENGINE_HASH,
     ANNOTATION_INFLIGHT_LIMIT,
@@ -93,12 +99,20 @@ class RenderInput:
     # The node's own product label value (GFD / AMD labeller), which the in-pod probe
     # compares with what the GPU reports; falls back to the catalogue key.
     node_gpu_label: str = ""
+    # Host CPU and memory the vLLM container requests; empty: sized from the GPU count.
+    cpu_request: str = ""
+    memory_request: str = ""
 
 
 def instance_name(service: str) -> str:
-    """Name of the service's Deployment and PodDisruptionBudget."""
+    """Name of the service's Deployment and PodDisruptionBudget (a DNS label)."""
     # "-vllm" keeps the Deployment name distinct from the InferenceService in kubectl output.
-    return f"{service}-vllm"
+    return child_name(service, "vllm")
+
+
+def service_name(service: str) -> str:
+    """Name of the service's Kubernetes Service (a DNS-1035 label: no dots, <= 63)."""
+    return child_name(service)
 
 
 def _instance_name(inp: RenderInput) -> str:
@@ -108,8 +122,8 @@ def _instance_name(inp: RenderInput) -> str:
 def selector_labels(inp: RenderInput) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": inp.name,
-        LABEL_SERVICE: inp.name,
+        "app.kubernetes.io/instance": service_label(inp.name),
+        LABEL_SERVICE: service_label(inp.name),
     }
 
 
@@ -119,18 +133,13 @@ def common_labels(inp: RenderInput) -> dict[str, str]:
         "app.kubernetes.io/component": "inference",
         LABEL_MANAGED_BY: MANAGED_BY,
         "app.kubernetes.io/part-of": "slo-operator",
-        LABEL_TENANT: inp.tenant or inp.namespace,
+        LABEL_TENANT: label_value(inp.tenant or inp.namespace),
     }
     if inp.policy:
-        labels[LABEL_POLICY] = inp.policy
+        labels[LABEL_POLICY] = label_value(inp.policy)
     if inp.gpu_product:
-        labels[LABEL_GPU] = _label_value(inp.gpu_product)
+        labels[LABEL_GPU] = label_value(inp.gpu_product)
     return labels
-
-
-def _label_value(value: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in value)[:63]
-    return cleaned.strip("-_.")
 
 
 def owner_reference(inp: RenderInput) -> dict[str, Any]:
@@ -145,12 +154,17 @@ def owner_reference(inp: RenderInput) -> dict[str, Any]:
 
 
 def _metadata(inp: RenderInput, name: str) -> dict[str, Any]:
-    return {
+    meta: dict[str, Any] = {
         "name": name,
         "namespace": inp.namespace,
         "labels": common_labels(inp),
-        "ownerReferences": [owner_reference(inp)],
+        "annotations": {ANNOTATION_SERVICE_NAME: inp.name},
     }
+    # Without the owner's UID (a preview: `slo-operator render`) no owner reference is
+    # written: one with a made-up UID makes the garbage collector delete the object.
+    if inp.uid:
+        meta["ownerReferences"] = [owner_reference(inp)]
+    return meta
 
 
 def _affinity(inp: RenderInput) -> dict[str, Any] | None:
@@ -177,6 +191,49 @@ def engine_hash(inp: RenderInput) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+# PodSecurity "restricted" (kubernetes.io/docs/concepts/security/pod-security-standards):
+# non-root, no privilege escalation, every capability dropped, RuntimeDefault seccomp.
+# vLLM's image runs as root by default but needs no root: GPUs come through the device
+# plugin's device nodes and it writes only to HOME (caches), /dev/shm and its sockets.
+# docs/bad-input.md says what this rules out (root-owned model paths, hostPath volumes).
+RUN_AS_USER = 1000
+HOME_DIR = "/home/vllm"
+OPERATOR_ENV_EXTRA = ("PYTHONPATH", "POD_NAME", "POD_NAMESPACE", "HOME")
+
+
+def _pod_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container_security(read_only_root: bool) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": read_only_root,
+    }
+
+
+def host_requests(inp: RenderInput) -> dict[str, str]:
+    """CPU and memory for the vLLM container: the given ones, else sized per GPU.
+
+    vLLM runs one worker process per GPU beside the API server and the engine core, each
+    busy on a core (docs: "at least 2 + N CPU cores for N GPUs"); host memory holds the
+    process heaps and the pinned staging buffers. No CPU limit: throttling an engine loop
+    shows up directly as inter-token latency.
+    """
+    gpus = max(inp.gpus_per_replica, 1)
+    return {
+        "cpu": inp.cpu_request or str(2 + 2 * gpus),
+        "memory": inp.memory_request or f"{8 + 8 * gpus}Gi",
+    }
+
+
 def _vllm_container(inp: RenderInput) -> dict[str, Any]:
     env = [
         {"name": ENV_ENGINE_ARGS, "value": json.dumps(list(inp.engine_args))},
@@ -190,11 +247,26 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
         {"name": "PYTHONPATH", "value": RUNTIME_MOUNT},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # Caches (Hugging Face, torch compile, Triton) go under HOME, writable by the
+        # non-root user on an emptyDir.
+        {"name": "HOME", "value": HOME_DIR},
     ]
     env += [{"name": k, "value": v} for k, v in inp.engine_env]
     gpus = str(inp.gpus_per_replica)
-    # vLLM listens on loopback only; probes reach its /health through the gateway.
+    # vLLM listens on loopback only; startup and readiness reach its /health through the
+    # gateway. Liveness asks the engine itself from inside its container, so a hung engine
+    # restarts the engine's container whatever state the gateway is in.
     health = {"httpGet": {"path": HEALTH_PATH, "port": GATEWAY_PORT}}
+    engine_health = {
+        "exec": {
+            "command": [
+                "python3", "-c",
+                "import urllib.request; urllib.request.urlopen("
+                f"'http://{VLLM_HOST}:{VLLM_PORT}{HEALTH_PATH}', timeout=5)",
+            ]
+        },
+        "timeoutSeconds": 10,
+    }
     return {
         "name": "vllm",
         "image": inp.engine_image,
@@ -202,13 +274,18 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
         # settings the node cannot run, then execs vLLM's OpenAI server.
         "command": ["python3", "-m", "slo_runtime.cli", "launch"],
         "env": env,
-        "resources": {"limits": {inp.gpu_resource: gpus}, "requests": {inp.gpu_resource: gpus}},
+        "resources": {
+            "limits": {inp.gpu_resource: gpus},
+            "requests": {inp.gpu_resource: gpus, **host_requests(inp)},
+        },
+        "securityContext": _container_security(read_only_root=False),
         # Model loading takes minutes; the startup probe holds liveness off until then.
         "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4},
+        "livenessProbe": {**engine_health, "periodSeconds": 15, "failureThreshold": 4},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "home", "mountPath": HOME_DIR},
             {"name": "slo-runtime", "mountPath": RUNTIME_MOUNT, "readOnly": True},
             {"name": "run", "mountPath": RUN_DIR},
         ],
@@ -234,6 +311,7 @@ def _gateway_container(inp: RenderInput) -> dict[str, Any]:
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "periodSeconds": 5},
+        "securityContext": _container_security(read_only_root=True),
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
@@ -256,6 +334,8 @@ def _inject_container(inp: RenderInput) -> dict[str, Any]:
         "name": "slo-runtime-inject",
         "image": inp.runtime_image,
         "command": ["sh", "-c", copy],
+        "securityContext": _container_security(read_only_root=True),
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
         "volumeMounts": [{"name": "slo-runtime", "mountPath": RUNTIME_MOUNT}],
     }
 
@@ -267,8 +347,10 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
         "containers": [_vllm_container(inp), _gateway_container(inp)],
         # vLLM drains in-flight requests on SIGTERM; long generations need the time.
         "terminationGracePeriodSeconds": 120,
+        "securityContext": _pod_security(),
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            {"name": "home", "emptyDir": {}},
             {"name": "slo-runtime", "emptyDir": {}},
             {"name": "run", "emptyDir": {}},
             {
@@ -314,6 +396,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                     # pods; until then the gateway reads an empty file and keeps the
                     # ceiling from its env.
                     "annotations": {
+                        ANNOTATION_SERVICE_NAME: inp.name,
                         ANNOTATION_ENGINE_HASH: engine_hash(inp),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(GATEWAY_PORT),
@@ -330,7 +413,7 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(inp, inp.name),
+        "metadata": _metadata(inp, service_name(inp.name)),
         "spec": {
             "selector": selector_labels(inp),
             "ports": [
