@@ -20,16 +20,22 @@ so that queueing (TTFT) stays bounded. ``speed`` scales every step time: it is l
 online from the throughput of warm, saturated replicas (the model was optimistic when
 ``speed < 1``).
 
-Seeds: least-squares fits of measured H200 step times (``profiles/`` in the repository,
-``h200-llama-3.1-8b-ctx1024.json`` and ``h200-llama-3.1-70b-ctx1024.json``, fitted the
-way ``slo_runtime``'s step model reads a profile). Callers with a profile for the
-service's hardware class pass their own ``StepTimes`` through ``policy_for``.
+Seeds: the shared step model (``slo_runtime.stepmodel``, calibrated from the measured H200
+profiles ``h200-llama-3.1-{8b,70b}-ctx1024.json``) reduced to this linear form by
+``StepTimes.from_step_model``; ``SEED_STEP_TIMES`` holds those reductions (a unit test
+recomputes them from the packaged profiles, so the copy cannot drift) and
+``seed_step_times`` scales them to the service's model size and GPU (decode by memory
+bandwidth, prefill by dense compute, from the hardware catalogue), as the simulator and
+the replica models do. A caller with a better model passes ``StepTimes`` to ``policy_for``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
+
+from slo_operator.hardware import resolve_product
 
 # Planned utilisation of a replica's capacity: the rest absorbs arrival noise so TTFT
 # does not grow without bound as in an M/D/1 queue at rho -> 1.
@@ -41,6 +47,9 @@ TAIL_OUTPUT_FACTOR = 2.0
 # Assumed request shape before any traffic has been seen.
 DEFAULT_PROMPT_TOKENS = 512.0
 DEFAULT_OUTPUT_TOKENS = 128.0
+# Range of the linear reduction of the shared step model.
+FIT_MAX_BATCH = 256
+FIT_PREFILL_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -60,30 +69,75 @@ class StepTimes:
         s = max(speed, 1e-6)
         return StepTimes(self.base_ms / s, self.per_seq_ms / s, self.prefill_ms_per_token / s)
 
+    @classmethod
+    def from_step_model(cls, model: SharedStepModel, max_batch: int = FIT_MAX_BATCH,
+                        prefill_tokens: int = FIT_PREFILL_TOKENS) -> StepTimes:
+        """Linear reduction of the shared step model: least squares of the decode step over
+        batches 1..``max_batch``, and the marginal cost of a prompt token in a mixed step."""
+        bs = range(1, max(2, max_batch) + 1)
+        ys = [model.decode_ms(b) for b in bs]
+        n = len(ys)
+        mx, my = sum(bs) / n, sum(ys) / n
+        slope = sum((b - mx) * (y - my) for b, y in zip(bs, ys, strict=True)) \
+            / sum((b - mx) ** 2 for b in bs)
+        per_token = (model.prefill_ms(prefill_tokens) - model.weights_ms) / prefill_tokens
+        return cls(max(0.0, my - slope * mx), max(0.0, slope), max(0.0, per_token))
 
-# Fits of profiles/h200-llama-3.1-{8b,70b}-ctx1024.json (decode_ms by batch, prefill_ms of
-# the largest chunk), by precision; keyed by the parameter count they were measured at.
+
+class SharedStepModel(Protocol):
+    """What ``from_step_model`` reads of ``slo_runtime.stepmodel.StepModel``."""
+
+    @property
+    def weights_ms(self) -> float: ...
+
+    def decode_ms(self, batch: int, context_tokens: int | None = None) -> float: ...
+
+    def prefill_ms(self, tokens: int) -> float: ...
+
+
+# StepTimes.from_step_model(StepModel.from_profile(h200 profile, precision)), keyed by the
+# parameter count (billions) and precision measured; checked against the profiles by a test.
+SEED_PRODUCT = "NVIDIA H200"
 SEED_STEP_TIMES: dict[tuple[float, str], StepTimes] = {
-    (8.0, "bf16"): StepTimes(4.834, 0.04915, 0.02829),
-    (8.0, "fp8"): StepTimes(3.283, 0.04480, 0.01891),
-    (70.0, "bf16"): StepTimes(35.67, 0.1510, 0.2258),
-    (70.0, "fp8"): StepTimes(20.76, 0.1259, 0.1331),
+    (8.0, "bf16"): StepTimes(4.462, 0.05049, 0.02320),
+    (8.0, "fp8"): StepTimes(2.971, 0.04603, 0.01465),
+    (70.0, "bf16"): StepTimes(34.57, 0.1661, 0.2082),
+    (70.0, "fp8"): StepTimes(19.40, 0.1439, 0.1226),
 }
 DEFAULT_STEP_TIMES = SEED_STEP_TIMES[(8.0, "bf16")]
 
 
-def seed_step_times(model_size_b: float | None, precision: str) -> StepTimes:
-    """Seed step times for a model size and precision, scaled from the nearest profile."""
+def seed_step_times(model_size_b: float | None, precision: str, hardware: str = "") -> StepTimes:
+    """Seed step times for a model size, precision and GPU, scaled from the nearest profile."""
     prec = "fp8" if precision == "fp8" else "bf16"  # fp16 streams the same bytes as bf16
-    if model_size_b is None or model_size_b <= 0:
-        return SEED_STEP_TIMES[(8.0, prec)]
-    size, seed = min(
-        ((s, t) for (s, p), t in SEED_STEP_TIMES.items() if p == prec),
-        key=lambda st: abs(math.log(model_size_b / st[0])),
-    )
-    # Decode is memory-bound and prefill compute-bound: both scale with parameter bytes.
-    f = model_size_b / size
-    return StepTimes(seed.base_ms * f, seed.per_seq_ms * f, seed.prefill_ms_per_token * f)
+    size, seed = 8.0, SEED_STEP_TIMES[(8.0, prec)]
+    if model_size_b is not None and model_size_b > 0:
+        size, seed = min(
+            ((s, t) for (s, p), t in SEED_STEP_TIMES.items() if p == prec),
+            key=lambda st: abs(math.log(model_size_b / st[0])),
+        )
+        # Decode is memory-bound and prefill compute-bound: both scale with parameter bytes.
+        f = model_size_b / size
+        seed = StepTimes(seed.base_ms * f, seed.per_seq_ms * f, seed.prefill_ms_per_token * f)
+    bandwidth, compute = hardware_ratios(hardware, prec)
+    return StepTimes(seed.base_ms / bandwidth, seed.per_seq_ms / bandwidth,
+                     seed.prefill_ms_per_token / compute)
+
+
+def hardware_ratios(hardware: str, precision: str = "bf16") -> tuple[float, float]:
+    """(memory bandwidth, dense compute) of ``hardware`` relative to the seed's GPU;
+    (1, 1) when either is unknown to the catalogue."""
+    if not hardware:
+        return 1.0, 1.0
+    mine, ref = resolve_product(hardware).hardware, resolve_product(SEED_PRODUCT).hardware
+    if mine is None or ref is None or not mine.memory_bandwidth_gbps \
+            or not ref.memory_bandwidth_gbps:
+        return 1.0, 1.0
+    bandwidth = mine.memory_bandwidth_gbps / ref.memory_bandwidth_gbps
+    attr = "dense_fp8_tflops" if precision == "fp8" and mine.dense_fp8_tflops \
+        else "dense_bf16_tflops"
+    a, b = getattr(mine, attr), getattr(ref, attr)
+    return bandwidth, (a / b if a and b else bandwidth)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     output = _per_request(sig.generation_tokens_rate, lam) or state.output_tokens \
         or DEFAULT_OUTPUT_TOKENS
 
-    seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision)
+    seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware)
     key = f"{obs.hardware}/{obs.precision}"
     speed, speed_samples = (state.speed, state.speed_samples) if state.speed_key == key \
         else (1.0, 0)

@@ -14,12 +14,13 @@ from slo_operator.api.observe import (
     Signals,
 )
 from slo_operator.control import ControlPolicy, ControlState, policy_for
+from slo_operator.control.capacity import DEFAULT_STEP_TIMES, rate_at_batch
 
 T0 = 1_800_000_000.0
 KEY = ServiceKey("team-a", "chat")
 PROMPT, OUTPUT = 500.0, 200.0
-# Per-replica capacity the seed model gives these shapes at batch 64 (see test_capacity).
-PER_REPLICA = 20.47
+# Requests per second one replica is planned for with these shapes at batch 64 (~22.5).
+PER_REPLICA = rate_at_batch(DEFAULT_STEP_TIMES, 64, PROMPT, OUTPUT)
 
 
 def make_policy(**overrides: Any) -> ControlPolicy:

@@ -116,7 +116,7 @@ def test_does_not_flap_or_overshoot() -> None:
 
 def test_scales_in_after_the_window_and_not_before() -> None:
     trace = run()
-    high = max(n for t, n, _, _ in trace if t < 1800)
-    assert all(n == high for t, n, _, _ in trace if 1800 <= t < 1800 + 300)
+    level = next(n for t, n, _, _ in trace if t == 1800 - CYCLE)  # just before the drop
+    assert all(n == level for t, n, _, _ in trace if 1800 <= t < 1800 + 300)
     end = trace[-1][1]
-    assert end < high and end <= 2
+    assert end < level and end <= 2

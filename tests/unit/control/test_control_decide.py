@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from control_support import T0, history, make_obs, make_policy, make_state
+from control_support import PER_REPLICA, T0, history, make_obs, make_policy, make_state
 
 from slo_operator.api.observe import MetricsState
 from slo_operator.control import ControlState, decide
@@ -37,7 +37,7 @@ CASES = [
          obs={"desired": 2, "rate": 60.0}, state=make_state(recommendations=SETTLED),
          want_replicas=3, want_reason=R.LOAD_INCREASED),
     Case("need-inside-dead-band-holds",
-         obs={"desired": 3, "rate": 3 * 20.47 * 1.05},
+         obs={"desired": 3, "rate": 3 * PER_REPLICA * 1.05},
          state=make_state(recommendations=history(3, since=T0 - 600)),
          want_replicas=3, want_reason=R.WITHIN_TOLERANCE),
     Case("load-drop-waits-for-stabilization-window",
