@@ -49,11 +49,16 @@ class SignalSpec:
     ttft_percentile: float = 0.95
     itl_percentile: float = 0.99
     itl_required: bool = False
+    # Value of the pods' service label when it differs from the service name (names over
+    # 63 characters are shortened to a valid label value).
+    service_label: str | None = None
 
 
-def spec_for(objectives: Objectives, window_s: float) -> SignalSpec:
+def spec_for(objectives: Objectives, window_s: float,
+             service_label: str | None = None) -> SignalSpec:
     """Signal needs of a policy's objectives and window."""
     return SignalSpec(
+        service_label=service_label,
         window_s=window_s,
         e2e_percentile=objectives.e2e_percentile,
         ttft_percentile=objectives.ttft_percentile,
@@ -161,7 +166,8 @@ def parse_signals(
 def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
          idx: Mapping[str, Mapping[ServiceKey, list[_Row]]], failed: Sequence[str],
          now: float, stale_after: float) -> Signals:
-    rows = {n: idx[n].get(key, []) for n in QUERY_NAMES}
+    series = ServiceKey(key.namespace, spec.service_label or key.name)
+    rows = {n: idx[n].get(series, []) for n in QUERY_NAMES}
     if not any(rows.values()):
         why = f"no series for {key}"
         if failed:

@@ -134,3 +134,11 @@ def test_a_thousand_services_parse_from_one_result_set() -> None:
             results.setdefault(name, []).extend(rows)
     got = parse_signals(PLAN, results, dict.fromkeys(keys, SignalSpec()), NOW)
     assert {s.state for s in got.values()} == {MetricsState.OK}
+
+
+def test_long_names_are_found_under_their_pod_label_value() -> None:
+    long_key = ServiceKey("team-a", "x" * 80)
+    results = healthy(key=ServiceKey("team-a", "x" * 50 + "-abc123"))
+    got = parse_signals(PLAN, results, {long_key: SignalSpec(service_label="x" * 50 + "-abc123")},
+                        NOW)
+    assert got[long_key].state == MetricsState.OK
