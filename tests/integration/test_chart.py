@@ -15,7 +15,9 @@ def test_chart_lints_and_renders_every_template(cluster: LocalCluster) -> None:
     out = cluster.helm("template", "slo", str(CHART), "-n", "slo-system",
                        "--set", "watchNamespaces={team-a,team-b}").stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "KopfPeering",
+                     "KopfPeering", "PodDisruptionBudget", "Role", "Role", "RoleBinding",
+                     "RoleBinding", "Service", "ServiceAccount"]
     dep = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["run", "--namespace=team-a", "--namespace=team-b"]
@@ -35,7 +37,8 @@ def test_helm_install_creates_a_running_operator_deployment(cluster: LocalCluste
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slo-slo-operator",
                                         "namespace": ns}]
         dep = cluster.kubectl_json("get", "deployment", "-n", ns, "slo-slo-operator")
-        assert dep["status"].get("readyReplicas") == 1
+        # Two replicas by default: kopf peering lets one act (tests/integration/test_ship_chart.py).
+        assert dep["status"].get("readyReplicas") == 2
         pod_spec = dep["spec"]["template"]["spec"]
         assert pod_spec["serviceAccountName"] == "slo-slo-operator"
         assert pod_spec["securityContext"]["runAsNonRoot"] is True

@@ -21,3 +21,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- define "slo-operator.peeringName" -}}
+{{- default (include "slo-operator.fullname" .) .Values.peering.name -}}
+{{- end -}}
+
+{{- define "slo-operator.selectorLabels" -}}
+app.kubernetes.io/name: slo-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
