@@ -25,13 +25,15 @@ from slo_operator.reconcile.policy import reconcile_policy
 log = logging.getLogger(__name__)
 
 
-async def run_pass(memo: kopf.Memo) -> None:
+async def run_pass(memo: kopf.Memo) -> int:
     """One pass over every policy and service, from one snapshot of the caches: observe
-    all services at once (Prometheus), decide, arbitrate, then apply what changed."""
+    all services at once (Prometheus), decide, arbitrate, then apply what changed.
+    Returns how many objects it applied or patched (0 for a pass over unchanged services)."""
     ctx = context(memo)
     snap = snapshot(memo.slo_indexes)
     now = datetime.now(UTC)
     updates = {}
+    writes = 0
     if ctx.metrics is not None:
         try:
             updates = await observe_and_decide(ctx.metrics, snap, now)
@@ -41,12 +43,13 @@ async def run_pass(memo: kopf.Memo) -> None:
         meta = svc["metadata"]
         key = ServiceKey(meta["namespace"], meta["name"])
         try:
-            await refresh(svc, memo, snap, updates.get(key))
+            writes += len((await refresh(svc, memo, snap, updates.get(key))).applied)
         except Exception:  # one service's failure must not stop the others
             log.exception("Failed to reconcile InferenceService %s/%s",
                           meta["namespace"], meta["name"])
     for pol in snap.policies.values():
         await reconcile_policy(ctx.kube, pol, now, snap.services.values())
+    return writes
 
 
 async def _loop(memo: kopf.Memo) -> None:
@@ -56,9 +59,9 @@ async def _loop(memo: kopf.Memo) -> None:
     while True:
         await asyncio.sleep(ctx.loop.interval)
         try:
-            await run_pass(memo)
+            writes = await run_pass(memo)
             passes += 1
-            log.debug("Finished periodic pass %d", passes)
+            log.info("Finished periodic pass %d: %d objects applied or patched", passes, writes)
         except Exception:  # one failed pass must not stop the loop
             log.exception("Failed a periodic pass")
 
