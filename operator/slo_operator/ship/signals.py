@@ -12,28 +12,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slo_operator.api.models import SLOPolicySpec
+from slo_operator.slo import promql
 
 BY = "namespace, service"
 
 
 def escape(value: str) -> str:
     """A label value inside double quotes in PromQL."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return promql.escape_label_value(value)
 
 
 def service_selector(namespace: str, services: Sequence[str] = ()) -> str:
     """Label matchers for the services bound to a policy (all in its namespace if none known)."""
     sel = f'namespace="{escape(namespace)}"'
     if services:
-        alts = "|".join(_re_quote(s) for s in sorted(set(services)))
-        sel += f',service=~"{alts}"'
+        sel += "," + promql.any_of("service", services)
     return sel
 
 
-def _re_quote(value: str) -> str:
-    # RE2 metacharacters escaped for the regex, then the regex escaped as a PromQL string.
-    specials = set(r"\.^$*+?()[]{}|-")
-    return escape("".join("\\" + ch if ch in specials else ch for ch in value))
+def _names(sources: Sequence[tuple[str, str]]) -> list[str]:
+    # The SLO loop's own sources, in its order of preference (slo.promql).
+    return [name for _, name in sources]
 
 
 def _quantile(q: float, metrics: Sequence[str]) -> Callable[[str, str], str]:
@@ -55,9 +54,8 @@ def _jitter(sel: str, window: str) -> str:
 
 
 def _request_rate(sel: str, window: str) -> str:
-    return (f"sum by ({BY}) (rate(slo_gateway_e2e_request_latency_seconds_count{{{sel}}}"
-            f"[{window}]))\nor\n"
-            f"sum by ({BY}) (rate(vllm:e2e_request_latency_seconds_count{{{sel}}}[{window}]))")
+    return "\nor\n".join(f"sum by ({BY}) (rate({name}_count{{{sel}}}[{window}]))"
+                          for name in _names(promql.E2E_SOURCES))
 
 
 @dataclass(frozen=True)
@@ -90,18 +88,17 @@ def recorded(spec: SLOPolicySpec) -> list[Signal]:
     """The signals a policy's rules record, at the policy's percentiles."""
     o = spec.objectives
     out = [
-        Signal("e2e", E2E, _quantile(o.e2e_percentile, [
-            "slo_gateway_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"]),
-            {"quantile": f"{o.e2e_percentile:g}"}),
-        Signal("ttft", TTFT, _quantile(o.ttft_percentile, [
-            "slo_gateway_time_to_first_token_seconds", "vllm:time_to_first_token_seconds"]),
-            {"quantile": f"{o.ttft_percentile:g}"}),
+        Signal("e2e", E2E, _quantile(o.e2e_percentile, _names(promql.E2E_SOURCES)),
+               {"quantile": f"{o.e2e_percentile:g}"}),
+        Signal("ttft", TTFT, _quantile(o.ttft_percentile, _names(promql.TTFT_SOURCES)),
+               {"quantile": f"{o.ttft_percentile:g}"}),
         Signal("jitter", JITTER, _jitter),
         Signal("request_rate", REQUEST_RATE, _request_rate),
     ]
     if o.inter_token_latency_ms is not None:
-        out.append(Signal("itl", ITL, _quantile(o.inter_token_percentile, [
-            "vllm:inter_token_latency_seconds"]), {"quantile": f"{o.inter_token_percentile:g}"}))
+        out.append(Signal("itl", ITL, _quantile(o.inter_token_percentile,
+                                                _names(promql.ITL_SOURCES)),
+                          {"quantile": f"{o.inter_token_percentile:g}"}))
     return out
 
 
