@@ -40,6 +40,5 @@ PENDING = PODS_PENDING  # pods Pending: no further scale-up until they schedule
 NO_GPUS = INSUFFICIENT_GPUS  # the GPU pool has no free GPUs for more replicas
 GPUS_RECLAIMED = "GPUsReclaimed"  # replicas given up to a higher-priority service
 TARGET_INFEASIBLE = "TargetInfeasible"  # latency target below what one step takes
-BATCH_AT_MINIMUM = "BatchLimitAtMinimum"  # the limit cannot go lower (batching.minBatch)
 
 INVALID_REASONS = frozenset({METRICS_UNAVAILABLE, METRICS_STALE, METRICS_EMPTY, METRICS_PARTIAL})
