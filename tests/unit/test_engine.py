@@ -632,11 +632,81 @@ def test_user_tp_override_recomputes_estimates() -> None:
     assert [c.field for c in plan.conflicts] == ["spec.engine.extraArgs[0]"]
 
 
-def test_user_tp_above_pool_is_kept_but_noted() -> None:
+def test_user_tp_above_pool_is_refused_like_the_spec_field() -> None:
+    # The same rule as spec.engine.tensorParallelSize: more GPUs than a node has would
+    # leave every pod Pending.
     prefs = EnginePrefs(extra_args=("--tensor-parallel-size", "16"))
-    plan = plan_engine(hw("H100"), 8, model(8), prefs, BatchBounds())
-    assert plan.tensor_parallel_size == 16
-    assert "OverrideExceedsPool" in [n.reason for n in plan.notes]
+    with pytest.raises(EngineError) as err:
+        plan_engine(hw("H100"), 8, model(8), prefs, BatchBounds())
+    assert err.value.field == "spec.engine.extraArgs[0]"
+    with pytest.raises(EngineError) as spec_err:
+        plan_engine(hw("H100"), 8, model(8), EnginePrefs(tensor_parallel_size=16), BatchBounds())
+    assert spec_err.value.field == "spec.engine.tensorParallelSize"
+
+
+@pytest.mark.parametrize(
+    ("extra", "want_field", "want_text"),
+    [
+        pytest.param(("--tensor-parallel-size", "-1"), "spec.engine.extraArgs[0]",
+                     "greater than or equal to 1", id="tp-negative"),
+        pytest.param(("--enforce-eager", "-tp", "0"), "spec.engine.extraArgs[1]",
+                     "greater than or equal to 1", id="tp-zero"),
+        pytest.param(("--gpu-memory-utilization", "2"), "spec.engine.extraArgs[0]",
+                     "less than or equal to 1", id="gmu-above-one"),
+        pytest.param(("--gpu-memory-utilization", "inf"), "spec.engine.extraArgs[0]",
+                     "finite", id="gmu-inf"),
+        pytest.param(("--gpu-memory-utilization", "nan"), "spec.engine.extraArgs[0]",
+                     "finite", id="gmu-nan"),
+        pytest.param(("--max-num-seqs", "-5"), "spec.engine.extraArgs[0]",
+                     "greater than or equal to 1", id="negative-batch-ceiling"),
+        pytest.param(("--max-num-batched-tokens", "99999999999999999999999k"),
+                     "spec.engine.extraArgs[0]", "less than or equal to 10000000",
+                     id="huge-with-k-suffix"),
+        pytest.param(("--max-num-batched-tokens", "9" * 60 + "T"),
+                     "spec.engine.extraArgs[0]", "far too large", id="astronomical"),
+        pytest.param(("--max-num-batched-tokens", "16"), "spec.engine.extraArgs[0]",
+                     "below --max-num-seqs 256", id="budget-below-batch"),
+        pytest.param(("--max-num-seqs", "4000", "--max-num-batched-tokens", "2k"),
+                     "spec.engine.extraArgs[2]", "below --max-num-seqs 4000",
+                     id="batch-above-budget"),
+        pytest.param(("--max-model-len", "8"), "spec.engine.extraArgs[0]",
+                     "greater than or equal to 16", id="context-too-short"),
+        pytest.param(("--cudagraph-capture-sizes", "8", "-1"), "spec.engine.extraArgs[0]",
+                     "integer from 1", id="negative-graph-size"),
+        pytest.param(("--pipeline-parallel-size", "2"), "spec.engine.extraArgs[0]",
+                     "only 1", id="pipeline-parallel-needs-more-gpus"),
+    ],
+)
+def test_extra_arg_values_get_the_spec_fields_checks(
+    extra: tuple[str, ...], want_field: str, want_text: str
+) -> None:
+    with pytest.raises(EngineError) as err:
+        plan_engine(hw("H100"), 8, model(8), EnginePrefs(extra_args=extra), BatchBounds())
+    assert err.value.field == want_field
+    assert want_text in err.value.message
+
+
+@pytest.mark.parametrize(("field", "facts"), [
+    ("spec.model.name", ModelFacts(name="-x", params_billion=8)),
+    ("spec.model.servedName", ModelFacts(name="m", served_name="--foo", params_billion=8)),
+])
+def test_names_starting_with_a_dash_are_refused(field: str, facts: ModelFacts) -> None:
+    with pytest.raises(EngineError) as err:
+        plan_engine(hw("H100"), 8, facts, EnginePrefs(), BatchBounds())
+    assert err.value.field == field
+
+
+def test_tp_must_divide_attention_heads_not_only_kv_heads() -> None:
+    # Qwen2.5-72B: 64 heads, 8 KV heads -> 8 works; Qwen2.5-7B: 28 heads, 4 KV heads.
+    qwen7 = model(7.6, num_layers=28, num_kv_heads=4, num_attention_heads=28, head_dim=128)
+    with pytest.raises(EngineError) as err:
+        plan_engine(hw("H100"), 8, qwen7, EnginePrefs(tensor_parallel_size=8), BatchBounds())
+    assert err.value.field == "spec.engine.tensorParallelSize"
+    assert "28 attention heads" in err.value.message
+    plan = plan_engine(hw("H100"), 8, qwen7, EnginePrefs(tensor_parallel_size=4), BatchBounds())
+    assert plan.tensor_parallel_size == 4
+    with pytest.raises(EngineError):
+        plan_engine(hw("H100"), 8, qwen7, EnginePrefs(extra_args=("-tp", "8")), BatchBounds())
 
 
 def test_user_override_of_graph_sizes_and_equals_form() -> None:

@@ -5,8 +5,10 @@ Every rule cites its source; ``docs/hardware-and-engine.md`` lists them in one p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from slo_operator.engine.limits import TooLarge, checked, parse_count
 from slo_operator.engine.sizing import (
     DEFAULT_CONTEXT_TOKENS,
     Fit,
@@ -21,6 +23,7 @@ from slo_operator.engine.types import (
     EngineError,
     EnginePlan,
     EnginePrefs,
+    GpuSharing,
     ModelFacts,
     Note,
 )
@@ -44,10 +47,16 @@ BATCHED_TOKENS_OTHER = 2048
 # installation/gpu: "GPU: compute capability 7.0 or higher").
 MIN_CUDA_CC = (7, 0)
 
+# A CUDA graph per batch size beyond the largest batch ceiling (maxBatch <= 4096) is
+# memory spent on batches that never run.
+MAX_GRAPH_SIZE = 4096
+
 # Largest TP size considered when telling the user how many GPUs a model would need.
 MAX_TP_HINT = 64
 
 # Field paths (CRD, camelCase) named by EngineError and Notes.
+F_NAME = "spec.model.name"
+F_SERVED = "spec.model.servedName"
 F_SIZE = "spec.model.sizeBillions"
 F_MAX_LEN = "spec.model.maxModelLen"
 F_CHECKPOINT = "spec.model.quantizedCheckpoint"
@@ -69,6 +78,15 @@ RESERVED_DESTS = {"model": "spec.model.name"}
 # One home for both sets, shared with the in-pod launcher.
 _FP8_KV = FP8_KV_CACHE_DTYPES
 _FP8_CHECKPOINTS = FP8_QUANT_METHODS
+
+
+def _no_tp_reason(hw: HardwareClass, sharing: GpuSharing) -> str:
+    if sharing.mig:
+        return (f"{hw.display_name} is a MIG slice; vLLM cannot run tensor parallel across "
+                "MIG instances (NCCL has no peer-to-peer path between them): use 1, or a "
+                "larger MIG profile or whole GPUs")
+    return (f"{hw.display_name} is time-sliced {sharing.replicas} ways; tensor-parallel ranks "
+            "could share one physical GPU: use 1, or whole GPUs")
 
 
 def cudagraph_capture_sizes(max_seqs: int) -> tuple[int, ...]:
@@ -119,6 +137,10 @@ def _check_inputs(
         )
     if gpus_per_node < 1:
         raise EngineError(F_GPUS, f"need at least one GPU per replica, got {gpus_per_node}")
+    # argparse would read a leading "-" as an option, not as the value.
+    for path, value in ((F_NAME, model.name), (F_SERVED, model.served_name)):
+        if value is not None and (value.startswith("-") or not value.strip()):
+            raise EngineError(path, f"{value!r} must not be empty or start with '-'")
     if model.params_billion is None:
         raise EngineError(
             F_SIZE, "model size is needed to plan tensor parallelism and KV-cache memory"
@@ -381,11 +403,25 @@ def _kv_cache(
 
 def _heads_ok(model: ModelFacts, tp: int) -> bool:
     """vLLM shards KV heads when TP divides them and replicates them when they divide TP
-    (vllm/model_executor/layers/linear.py QKVParallelLinear)."""
+    (vllm/model_executor/layers/linear.py QKVParallelLinear), and refuses a TP size that
+    does not divide the attention heads (vllm/config/model.py verify_with_parallel_config:
+    "Total number of attention heads must be divisible by tensor parallel size")."""
+    heads = model.num_attention_heads
+    if heads is not None and heads % tp != 0:
+        return False
     kv = model.num_kv_heads
     if kv is None:
         return True
     return kv % tp == 0 or tp % kv == 0
+
+
+def _heads_text(model: ModelFacts) -> str:
+    parts = []
+    if model.num_attention_heads is not None:
+        parts.append(f"{model.num_attention_heads} attention heads")
+    if model.num_kv_heads is not None:
+        parts.append(f"{model.num_kv_heads} KV heads")
+    return " and ".join(parts) or "heads"
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -443,8 +479,8 @@ def _choose_tp(
         if not _heads_ok(model, tp):
             raise EngineError(
                 F_TP,
-                f"{tp} does not divide the model's {model.num_kv_heads} KV heads (and is "
-                "not a multiple of them)",
+                f"{tp} does not divide the model's {_heads_text(model)} (KV heads may also "
+                "be a divisor of it)",
             )
         f = at(tp)
         if not f.fits:
@@ -488,13 +524,11 @@ def _choose_tp(
         tp for tp in _powers_of_two(gpus_per_node) if not _heads_ok(model, tp) and at(tp).fits
     ]
     if blocked:
-        divisors = [
-            d for d in range(1, gpus_per_node + 1) if model.num_kv_heads and _heads_ok(model, d)
-        ]
+        divisors = [d for d in range(1, gpus_per_node + 1) if _heads_ok(model, d)]
         raise EngineError(
             F_TP,
             f"TP {blocked[0]} would fit in memory but does not divide the model's "
-            f"{model.num_kv_heads} KV heads; set tensorParallelSize to one of "
+            f"{_heads_text(model)}; set tensorParallelSize to one of "
             f"{', '.join(str(d) for d in divisors)} that fits",
         )
     if more:
@@ -508,25 +542,6 @@ def _choose_tp(
         f"{model.name} ({model.params_billion:g}B) does not fit on {MAX_TP_HINT} "
         f"{hw.display_name} GPUs: {detail}{hint}",
     )
-
-
-def _parse_int(value: str) -> int | None:
-    v = value.strip()
-    suffixes = {
-        "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-        "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
-        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-    }  # fmt: skip
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if v.endswith(suffix):
-            try:
-                return int(float(v[: -len(suffix)]) * suffixes[suffix])
-            except ValueError:
-                return None
-    try:
-        return int(v)
-    except ValueError:
-        return None
 
 
 def _merge_extra(
@@ -576,17 +591,52 @@ def _quant_bytes(quantization: str | None, default: float) -> float:
     return bpp if bpp is not None else default
 
 
+def _sharing_notes(
+    hw: HardwareClass, sharing: GpuSharing, prefs: EnginePrefs, gmu: float, notes: list[Note]
+) -> float:
+    """Memory share on time-sliced GPUs, and the warnings MIG and sharing deserve."""
+    if sharing.mig:
+        notes.append(Note(F_TP, "MIGSlice", f"{hw.display_name} is a MIG slice: planned with "
+                          f"the slice's {hw.memory_gib:.1f} GiB and tensor parallel 1 "
+                          "(no tensor parallelism across MIG instances)"))
+    if not sharing.shared:
+        return gmu
+    share = 1.0 / sharing.replicas
+    if prefs.gpu_memory_utilization is None:
+        # vLLM takes gpu-memory-utilization of the whole GPU's memory for itself; with
+        # N pods time-slicing one GPU each may take only its share, or the later ones
+        # fail at start with too little free memory.
+        gmu = math.floor(DEFAULT_GPU_MEMORY_UTILIZATION * share * 1000) / 1000
+    notes.append(Note(F_GMU, "SharedGPU", f"{hw.display_name} is time-sliced "
+                      f"{sharing.replicas} ways: latency is not isolated from other pods on "
+                      f"the GPU; vLLM gets --gpu-memory-utilization {gmu:g} (its share of "
+                      "the memory) and tensor parallel 1"))
+    if gmu > share:
+        notes.append(Note(F_GMU, "SharedGPUMemory", f"{gmu:g} of the GPU's memory is more "
+                          f"than a 1/{sharing.replicas} share; other pods on the same GPU "
+                          "may fail to start"))
+    return gmu
+
+
 def plan_engine(
     hw: HardwareClass,
     gpus_per_node: int,
     model: ModelFacts,
     prefs: EnginePrefs,
     batch: BatchBounds,
+    sharing: GpuSharing | None = None,
 ) -> EnginePlan:
     """Choose vLLM options for one replica. Raises ``EngineError`` on invalid or
-    infeasible input, naming the CRD field to change."""
+    infeasible input, naming the CRD field to change. ``sharing`` says whether the pool's
+    GPUs are MIG slices or time-sliced: both get tensor parallel 1, and time-sliced GPUs a
+    share of the memory."""
+    sharing = sharing or GpuSharing()
     params, gmu = _check_inputs(hw, gpus_per_node, model, prefs, batch)
     notes: list[Note] = []
+    gmu = _sharing_notes(hw, sharing, prefs, gmu, notes)
+    tp_pool = gpus_per_node if sharing.whole else 1
+    if not sharing.whole and (prefs.tensor_parallel_size or 1) > 1:
+        raise EngineError(F_TP, f"{prefs.tensor_parallel_size}: {_no_tp_reason(hw, sharing)}")
 
     dtype, quantization, bpp, env = _weights(hw, model, prefs, notes)
     kv_dtype, kv_bytes = _kv_cache(hw, prefs, dtype, notes)
@@ -605,20 +655,25 @@ def plan_engine(
     ctx = model.max_model_len if model.max_model_len is not None else DEFAULT_CONTEXT_TOKENS
     total_weight = weight_gib(params, bpp)
     dtype_desc = {2.0: "16-bit", 1.0: "8-bit", 0.5: "4-bit"}.get(bpp, f"{bpp:g}-byte")
-    chosen = _choose_tp(
-        hw=hw,
-        gpus_per_node=gpus_per_node,
-        model=model,
-        prefs=prefs,
-        shape=shape,
-        total_weight=total_weight,
-        kv_bytes=kv_bytes,
-        gmu=gmu,
-        ctx=ctx,
-        reserve_seqs=batch.min_seqs,
-        dtype_desc=dtype_desc,
-        notes=notes,
-    )
+    try:
+        chosen = _choose_tp(
+            hw=hw,
+            gpus_per_node=tp_pool,
+            model=model,
+            prefs=prefs,
+            shape=shape,
+            total_weight=total_weight,
+            kv_bytes=kv_bytes,
+            gmu=gmu,
+            ctx=ctx,
+            reserve_seqs=batch.min_seqs,
+            dtype_desc=dtype_desc,
+            notes=notes,
+        )
+    except EngineError as err:
+        if sharing.whole:
+            raise
+        raise EngineError(err.field, f"{err.message} ({_no_tp_reason(hw, sharing)})") from None
 
     max_num_seqs = batch.initial if batch.initial is not None else batch.max_seqs
     if not batch.min_seqs <= max_num_seqs <= batch.max_seqs:
@@ -636,11 +691,6 @@ def plan_engine(
         max_num_seqs = clamped
     if prefs.max_num_batched_tokens is not None:
         mnbt = prefs.max_num_batched_tokens
-        if mnbt < max_num_seqs:
-            # vllm/config/scheduler.py: max_num_batched_tokens must be >= max_num_seqs.
-            raise EngineError(
-                F_MNBT, f"{mnbt} is below --max-num-seqs {max_num_seqs}; vLLM rejects that"
-            )
     else:
         mnbt = default_max_num_batched_tokens(hw)
         if mnbt < max_num_seqs:
@@ -687,26 +737,57 @@ def plan_engine(
     spec = VllmArgSpec.load()
     args, conflicts, user = _merge_extra(spec, generated, prefs.extra_args)
 
-    # Effective values after user overrides (the user wins; estimates follow them).
+    # Effective values after user overrides (the user wins; estimates follow them). Each
+    # overriding value goes through the rule of the spec field it stands for, and every
+    # error names the extra argument the user wrote.
     def user_value(dest: str) -> str | None:
         uo = user.get(dest)
         return uo.values[-1] if uo is not None and uo.values else None
 
-    def user_int(dest: str, current: int) -> int:
-        raw = user_value(dest)
-        parsed = _parse_int(raw) if raw is not None else None
-        return parsed if parsed is not None else current
+    def where(dest: str) -> str:
+        return f"{F_EXTRA}[{user[dest].start}]"
 
-    tp = user_int("tensor_parallel_size", chosen.tp)
-    max_num_seqs = user_int("max_num_seqs", max_num_seqs)
-    mnbt = user_int("max_num_batched_tokens", mnbt)
-    raw_len = user_value("max_model_len")
+    def user_checked(dest: str) -> int | float | None:
+        raw = user_value(dest)
+        if raw is None:
+            return None
+        return checked(dest, raw, where(dest), user[dest].flag)
+
+    tp_source, mns_source, mnbt_source = F_TP, F_MAX_BATCH, F_MNBT
+    if (v := user_checked("tensor_parallel_size")) is not None:
+        tp, tp_source = int(v), where("tensor_parallel_size")
+        if tp > 1 and not sharing.whole:
+            raise EngineError(tp_source, f"{tp}: {_no_tp_reason(hw, sharing)}")
+        if tp > gpus_per_node:
+            raise EngineError(tp_source, f"{tp} exceeds the {gpus_per_node} GPUs per replica "
+                              "of this pool")
+        if not _heads_ok(model, tp):
+            raise EngineError(tp_source, f"{tp} does not divide the model's {_heads_text(model)}")
+    else:
+        tp = chosen.tp
+    if (v := user_checked("max_num_seqs")) is not None:
+        max_num_seqs, mns_source = int(v), where("max_num_seqs")
+    if (v := user_checked("max_num_batched_tokens")) is not None:
+        mnbt, mnbt_source = int(v), where("max_num_batched_tokens")
+    if mnbt < max_num_seqs:
+        # vllm/config/scheduler.py: max_num_batched_tokens must be >= max_num_seqs.
+        blame = mnbt_source if mnbt_source != F_MNBT or mns_source == F_MAX_BATCH else mns_source
+        raise EngineError(blame, f"--max-num-batched-tokens {mnbt} is below --max-num-seqs "
+                          f"{max_num_seqs}; vLLM rejects that")
     max_model_len = model.max_model_len
-    if raw_len is not None:
-        max_model_len = _parse_int(raw_len)
-    raw_gmu = user_value("gpu_memory_utilization")
-    if raw_gmu is not None:
-        gmu = float(raw_gmu)
+    raw_len = user_value("max_model_len")
+    if raw_len is not None and raw_len.strip().lower() not in ("auto", "-1"):
+        max_model_len = int(checked("max_model_len", raw_len, where("max_model_len"),
+                                    user["max_model_len"].flag))
+    elif raw_len is not None:
+        max_model_len = None  # vLLM's own maximum for the model
+    if (v := user_checked("gpu_memory_utilization")) is not None:
+        gmu = float(v)
+        if sharing.shared and gmu > 1.0 / sharing.replicas:
+            notes.append(Note(where("gpu_memory_utilization"), "SharedGPUMemory",
+                              f"{gmu:g} of the GPU's memory is more than a "
+                              f"1/{sharing.replicas} share; other pods on the same GPU may "
+                              "fail to start"))
     dtype = user_value("dtype") or dtype
     if "quantization" in user:
         quantization = user_value("quantization")
@@ -715,18 +796,27 @@ def plan_engine(
         kv_dtype = user_value("kv_cache_dtype") or kv_dtype
         kv_bytes = 1.0 if kv_dtype in _FP8_KV else 2.0
     if "cudagraph_capture_sizes" in user:
-        graphs = tuple(sorted({int(v) for v in user["cudagraph_capture_sizes"].values}))
+        sizes = []
+        for token in user["cudagraph_capture_sizes"].values:
+            try:
+                size = parse_count(token)
+            except TooLarge:
+                size = None
+            if size is None or not 1 <= size <= MAX_GRAPH_SIZE:
+                raise EngineError(where("cudagraph_capture_sizes"),
+                                  f"--cudagraph-capture-sizes {token}: not an integer from 1 "
+                                  f"to {MAX_GRAPH_SIZE}")
+            sizes.append(size)
+        graphs = tuple(sorted(set(sizes)))
+    for dest in ("pipeline_parallel_size", "data_parallel_size"):
+        given = user_value(dest)
+        if given is not None and given.strip() != "1":
+            # Each multiplies the GPUs one pod needs; the operator plans and requests
+            # GPUs for tensor parallelism only.
+            raise EngineError(where(dest), f"{user[dest].flag} {given}: only 1 is supported; "
+                              f"set {F_TP} (one pod per replica, GPUs = tensor parallel)")
 
     final = chosen
-    if tp > gpus_per_node:
-        notes.append(
-            Note(
-                F_EXTRA,
-                "OverrideExceedsPool",
-                f"extra args ask for TP {tp}, above the {gpus_per_node} GPUs per replica "
-                "of this pool",
-            )
-        )
     if conflicts:
         ctx = max_model_len if max_model_len is not None else DEFAULT_CONTEXT_TOKENS
         final = fit(

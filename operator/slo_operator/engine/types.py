@@ -28,6 +28,8 @@ class ModelFacts:
     max_model_len: int | None = None
     num_layers: int | None = None
     num_kv_heads: int | None = None
+    # Attention (query) heads: TP must divide them (Qwen2.5-7B: 28 heads, 4 KV heads).
+    num_attention_heads: int | None = None
     head_dim: int | None = None
     # Quantization method of a pre-quantized checkpoint ("fp8", "awq", "gptq", ...);
     # vLLM reads it from the checkpoint config, so no --quantization is passed.
@@ -46,6 +48,27 @@ class EnginePrefs:
     # Intel Gaudi only: path of the Intel Neural Compressor measurement/quantization
     # config passed as QUANT_CONFIG; without it Gaudi runs BF16.
     quant_config: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuSharing:
+    """How the pool's GPUs are divided: MIG slices or time-sliced (or MPS) replicas.
+
+    Neither can host tensor parallelism: NCCL has no peer-to-peer path between MIG
+    instances, and two ranks on time-sliced replicas may land on the same physical GPU.
+    ``replicas`` is how many pods share one physical GPU (``nvidia.com/gpu.replicas``).
+    """
+
+    mig: bool = False
+    replicas: int = 1
+
+    @property
+    def shared(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def whole(self) -> bool:
+        return not self.mig and not self.shared
 
 
 @dataclass(frozen=True)
