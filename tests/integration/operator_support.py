@@ -64,11 +64,16 @@ def ensure_namespace(cluster: LocalCluster, name: str) -> None:
 class OperatorProcess:
     """``slo-operator run`` as a real process under a ServiceAccount kubeconfig."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, interval: float = 3.0) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, interval: float = 3.0,
+                 prometheus_url: str | None = None) -> None:
+        """``interval``: seconds between periodic passes; ``prometheus_url``: the SLO
+        loop's Prometheus (default: SLO_PROMETHEUS_URL from the environment, if any)."""
         self.port = free_port()
         self.log_path = log_path
         env = {**os.environ, "SLO_RECONCILE_INTERVAL": str(interval),
                "SLO_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)}
+        if prometheus_url:
+            env["SLO_PROMETHEUS_URL"] = prometheus_url
         self._log = open(log_path, "w")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slo_operator.cli", "run",

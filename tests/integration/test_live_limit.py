@@ -10,12 +10,14 @@ from tests.integration.operator_support import install_crds
 from tests.support.cluster import LocalCluster
 
 from slo_operator.adapters.kube import Kube
-from slo_operator.reconcile.actuate import apply_live_limit
+from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
-from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT, LABEL_SERVICE
+from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 
 pytestmark = pytest.mark.integration
 GROUP = "inference.slo-operator.io"
+APPLIED = AppliedCache()  # one operator's memory of what it applied
 
 
 def _pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
@@ -48,7 +50,7 @@ spec:
     def reconcile() -> None:
         snap = kube.read_snapshot()
         reconcile_service_sync(kube, snap.services[(namespace, "chat")], snap,
-                               datetime.now(UTC), Settings())
+                               datetime.now(UTC), Settings(), APPLIED)
 
     reconcile()
     cluster.wait_for(lambda: [p for p in _pods(cluster, namespace)
@@ -78,6 +80,13 @@ spec:
 
 
 def set_live_limit(kube: Kube, namespace: str, limit: int) -> list[str]:
-    """What the SLO loop does with a decided limit: observe pods, patch those that differ."""
-    pods = kube.list_pods(namespace, {LABEL_SERVICE: "chat"})
-    return apply_live_limit(kube, namespace, pods, limit)
+    """What the SLO loop's pass does with a decided limit: one reconcile carrying the
+    decision (``SLOUpdate``); returns the pods it patched."""
+    snap = kube.read_snapshot()
+    body = snap.services[(namespace, "chat")]
+    update = SLOUpdate(replicas=body["status"]["desiredReplicas"], batch_limit=limit,
+                       reason="LimitLowered", message="test")
+    out = reconcile_service_sync(kube, body, snap, datetime.now(UTC), Settings(),
+                                 APPLIED, update)
+    assert not [a for a in out.applied if not a.startswith("Pod/")], out.applied
+    return [a.split("/", 1)[1].split(" ")[0] for a in out.applied]
