@@ -8,14 +8,10 @@ every pod's UID) stays as it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
-from slo_operator.reconcile.status import PodObs
+from slo_operator.api.cluster import PodObs
+from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.render.objects import live_limit_patch
-
-
-class PodPatcher(Protocol):
-    def patch_pod(self, namespace: str, name: str, patch: dict[str, object]) -> None: ...
 
 
 def pods_off_limit(pods: Sequence[PodObs], limit: int) -> list[str]:
@@ -25,7 +21,7 @@ def pods_off_limit(pods: Sequence[PodObs], limit: int) -> list[str]:
 
 
 def apply_live_limit(
-    kube: PodPatcher, namespace: str, pods: Sequence[PodObs], limit: int
+    kube: KubeWriter, namespace: str, pods: Sequence[PodObs], limit: int
 ) -> list[str]:
     """Patch the live-limit annotation on the pods that differ; returns their names."""
     names = pods_off_limit(pods, limit)

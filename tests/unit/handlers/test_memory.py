@@ -1,0 +1,28 @@
+"""What the handlers remember between triggers: the status they last wrote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slo_operator.handlers.setup import StatusMemory
+
+
+def body(rv: str, status: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "chat", "resourceVersion": rv},
+            "status": status}
+
+
+def test_a_stale_cache_body_gets_the_status_last_written() -> None:
+    mem = StatusMemory()
+    old = body("7", {"batchLimit": 64})
+    mem.remember(old, {"batchLimit": 32})
+    # The watch cache still serves revision 7: the written status is the newer truth.
+    assert mem.latest(body("7", {"batchLimit": 64}))["status"] == {"batchLimit": 32}
+    # Once the cache holds a newer revision, it wins.
+    assert mem.latest(body("8", {"batchLimit": 16}))["status"] == {"batchLimit": 16}
+
+
+def test_an_unchanged_status_is_not_remembered() -> None:
+    mem = StatusMemory()
+    mem.remember(body("7", {"batchLimit": 64}), {"batchLimit": 64})
+    assert mem.written == {}
