@@ -155,10 +155,11 @@ class WorkloadResult:
 
 
 def run_workload(key: str, target_set: str, seed: int = 0,
-                 tick: Callable[[str], None] | None = None) -> WorkloadResult:
+                 tick: Callable[[str], None] | None = None,
+                 wl: Workload | None = None) -> WorkloadResult:
     """Oracle, static, every candidate (bound routing) and the operator with a central
-    queue, all on the same trace and seed."""
-    wl = workload(key, target_set, seed)
+    queue, all on the same trace and seed (``wl`` replaces the named workload)."""
+    wl = wl or workload(key, target_set, seed)
 
     def note(what: str) -> None:
         if tick:

@@ -438,11 +438,13 @@ class Service:
         if self.routing == "central":
             self.pull(rep, now)
         else:
-            # Requests held while no replica was ready.
+            # Requests held while no replica was ready reach the engine together, before
+            # its first step.
             while self.central:
-                self.route(self.central.popleft(), now)
-        if not rep.busy:
-            rep.plan(now)
+                self.route(self.central.popleft(), now, kick=False)
+        for r in self.ready():
+            if not r.busy:
+                r.plan(now)
 
     def retire(self, rep: Replica, now: float) -> None:
         rep.phase = Phase.GONE
@@ -469,7 +471,7 @@ class Service:
         self.arrivals += 1
         self.route(Req(r), now)
 
-    def route(self, q: Req, now: float) -> None:
+    def route(self, q: Req, now: float, kick: bool = True) -> None:
         if self.routing == "central":
             self.central.append(q)
             best = None
@@ -489,7 +491,8 @@ class Service:
             self.central.append(q)  # no endpoint yet: held until a replica is ready
             return
         best.waiting.append(q)
-        best.interrupt(now)
+        if kick:
+            best.interrupt(now)
 
     def pull(self, rep: Replica, now: float) -> None:
         """Central queue: hand requests to ``rep`` up to the live limit."""
