@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.engine import (
     KV_CACHE_DTYPES,
     PRECISIONS,
@@ -22,6 +25,13 @@ from slo_operator.engine import (
     plan_engine,
 )
 from slo_operator.hardware import HardwareClass, classify_node, load_catalogue, resolve_product
+from slo_operator.reconcile.plan import (
+    NodeInfo,
+    Problem,
+    ServicePlan,
+    discover_pools,
+    plan_service,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SERVE_ARGS = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
@@ -819,3 +829,63 @@ def test_hardware_class_is_not_mutated() -> None:
     before = replace(h)
     plan_engine(h, 8, model(8), EnginePrefs(), BatchBounds())
     assert h == before
+
+
+# ------------------------------------------------------------------ MIG and time-sliced GPUs
+
+
+def _fixture_node(product: str) -> NodeInfo:
+    entries = yaml.safe_load((FIXTURES / "hardware" / "node-labels.yaml").read_text())
+    entry = next(e for e in entries if e["product"] == product)
+    return NodeInfo("gpu-node", {str(k): str(v) for k, v in entry["labels"].items()})
+
+
+def _plan_on(product: str, **spec: Any) -> ServicePlan | Problem:
+    node = _fixture_node(product)
+    body = {"model": {"name": "Qwen/Qwen2.5-0.5B", "sizeBillions": 0.5, "maxModelLen": 1024}}
+    body.update(spec)
+    return plan_service(
+        name="svc", namespace="ns", uid="", spec=InferenceServiceSpec.model_validate(body),
+        policy=SLOPolicySpec(), policy_name="", pools=discover_pools([node]), nodes=[node],
+        replicas=1)
+
+
+@pytest.mark.parametrize(("product", "want_resource", "want_max_gib"), [
+    pytest.param("A100-SXM4-40GB-MIG-1g.5gb", "nvidia.com/gpu", 5.0, id="mig-single-strategy"),
+    pytest.param("NVIDIA-H100-80GB-HBM3 (MIG mixed, all-balanced)", "nvidia.com/mig-1g.10gb",
+                 10.0, id="mig-mixed-smallest-slice"),
+])
+def test_mig_plans_one_slice_with_its_memory(product: str, want_resource: str,
+                                             want_max_gib: float) -> None:
+    plan = _plan_on(product)
+    assert isinstance(plan, ServicePlan), plan
+    assert plan.engine.tensor_parallel_size == 1
+    assert plan.render.gpu_resource == want_resource
+    assert plan.render.gpus_per_replica == 1
+    hw = plan.pool.resolution.hardware
+    assert hw is not None and hw.memory_gib <= want_max_gib
+    assert any("MIG slice" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("product", ["A100-SXM4-40GB-MIG-1g.5gb", "Tesla-T4-SHARED"])
+def test_no_tensor_parallel_across_slices_or_shared_gpus(product: str) -> None:
+    for engine in ({"tensorParallelSize": 2}, {"extraArgs": ["--tensor-parallel-size", "2"]}):
+        problem = _plan_on(product, engine=engine)
+        assert isinstance(problem, Problem), problem
+        assert problem.field in ("spec.engine.tensorParallelSize", "spec.engine.extraArgs[0]")
+
+
+def test_model_too_big_for_a_slice_says_slices_cannot_combine() -> None:
+    problem = _plan_on("A100-SXM4-40GB-MIG-1g.5gb", model={"name": "m", "sizeBillions": 8})
+    assert isinstance(problem, Problem)
+    assert "MIG" in problem.message
+
+
+def test_time_sliced_gpu_gets_a_memory_share_and_a_warning() -> None:
+    plan = _plan_on("Tesla-T4-SHARED")
+    assert isinstance(plan, ServicePlan), plan
+    assert plan.engine.tensor_parallel_size == 1
+    # Four pods share each T4: each vLLM may take a quarter of 0.9 of its memory.
+    assert plan.engine.gpu_memory_utilization == pytest.approx(0.225)
+    assert "--gpu-memory-utilization" in plan.engine.args
+    assert any("time-sliced 4 ways" in n for n in plan.notes)

@@ -18,6 +18,7 @@ from slo_operator.hardware import (
     UNKNOWN_GPU_PRODUCT,
     HardwareResolution,
     classify_node,
+    classify_node_pools,
     features_for_cc,
     features_for_gfx,
     load_catalogue,
@@ -301,6 +302,38 @@ def test_mig_mixed_lists_the_profiles() -> None:
     res = classify_node(_node_label_sets()[1]["labels"])
     assert res.mig_profiles == ("1g.10gb", "2g.20gb", "3g.40gb")
     assert "nvidia.com/mig-3g.40gb" in res.message
+
+
+def _fixture(product: str) -> dict[str, str]:
+    entry = next(e for e in _node_label_sets() if e["product"] == product)
+    return {str(k): str(v) for k, v in entry["labels"].items()}
+
+
+def test_mig_mixed_node_offers_one_pool_per_slice_resource() -> None:
+    pools = classify_node_pools(_fixture("NVIDIA-H100-80GB-HBM3 (MIG mixed, all-balanced)"))
+    got = {(p.hardware.resource_name if p.hardware else "", p.gpus_per_node) for p in pools}
+    assert got == {("nvidia.com/mig-1g.10gb", 2), ("nvidia.com/mig-2g.20gb", 1),
+                   ("nvidia.com/mig-3g.40gb", 1)}
+    small = next(p for p in pools if p.hardware and "1g.10gb" in p.hardware.resource_name)
+    assert small.hardware is not None and small.mig
+    # The slice's memory (9984 MiB), not the parent's 80 GiB, bounds the plan.
+    assert small.hardware.memory_gib == pytest.approx(9984 / 1024, abs=0.01)
+    assert small.node_selector == {
+        "nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+
+
+@pytest.mark.parametrize(("product", "want_replicas"), [
+    ("Tesla-T4-SHARED", 4), ("Tesla-T4", 4), ("A100-SXM4-40GB-MIG-1g.5gb-SHARED", 2)])
+def test_time_sliced_nodes_report_how_many_pods_share_a_gpu(
+    product: str, want_replicas: int
+) -> None:
+    (res,) = classify_node_pools(_fixture(product))
+    assert res.shared and res.replicas == want_replicas
+
+
+def test_whole_gpus_are_not_shared() -> None:
+    (res,) = classify_node_pools(H100_LABELS)
+    assert not res.shared and not res.mig and res.replicas == 1
 
 
 def test_mig_slice_scales_throughput_of_parent() -> None:

@@ -31,6 +31,7 @@ from slo_operator.hardware.labels import (
     UNKNOWN_GPU_PRODUCT,
     HardwareResolution,
     classify_node,
+    classify_node_pools,
     resolve_product,
 )
 
@@ -55,6 +56,7 @@ __all__ = [
     "Vendor",
     "architecture_for_cc",
     "classify_node",
+    "classify_node_pools",
     "features_for_cc",
     "features_for_gfx",
     "load_catalogue",

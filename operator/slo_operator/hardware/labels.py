@@ -101,6 +101,9 @@ class HardwareResolution:
     mig: bool = False
     shared: bool = False
     mig_profiles: tuple[str, ...] = ()
+    # Pods sharing one physical GPU (time-slicing or MPS, nvidia.com/gpu.replicas); 1 when
+    # GPUs are not shared. A "-SHARED" product without the replicas label counts as 2.
+    replicas: int = 1
 
     @property
     def resolved(self) -> bool:
@@ -349,7 +352,49 @@ def _classify_nvidia(labels: Mapping[str, str]) -> HardwareResolution:
         mig=mig,
         shared=shared,
         mig_profiles=mig_profiles,
+        replicas=max(replicas or 2, 2) if shared else 1,
     )
+
+
+def _mig_profile_pool(labels: Mapping[str, str], profile: str) -> HardwareResolution:
+    """One MIG profile of a mixed-strategy node, as its own pool.
+
+    The device plugin advertises each profile as the resource ``nvidia.com/mig-<profile>``
+    and GFD describes it in ``nvidia.com/mig-<profile>.{count,memory,product}``
+    (NVIDIA/k8s-device-plugin, MIG "mixed" strategy); the slice's memory, not the parent
+    GPU's, bounds what fits.
+    """
+    prefix = f"nvidia.com/mig-{profile}."
+    parent = labels.get(NV_PRODUCT, "").strip()
+    product = labels.get(prefix + "product", "").strip() or f"{parent}-MIG-{profile}"
+    slice_labels = {k: v for k, v in labels.items() if k != NV_MIG_STRATEGY}
+    slice_labels[NV_PRODUCT] = product
+    slice_labels[NV_COUNT] = labels.get(prefix + "count", "1")
+    if prefix + "memory" in labels:
+        slice_labels[NV_MEMORY] = labels[prefix + "memory"]
+    else:
+        slice_labels.pop(NV_MEMORY, None)  # the parent's memory would overstate the slice
+    res = _classify_nvidia(slice_labels)
+    hw = res.hardware
+    assert hw is not None  # _classify_nvidia always resolves a class
+    resource = f"nvidia.com/mig-{profile}"
+    selector_key = prefix + "product" if prefix + "product" in labels else NV_PRODUCT
+    return replace(
+        res,
+        hardware=replace(hw, resource_name=resource),
+        node_selector={selector_key: labels.get(selector_key, product)},
+        message=f"{res.message}; MIG mixed strategy: requests {resource}",
+        mig=True,
+    )
+
+
+def classify_node_pools(labels: Mapping[str, str]) -> list[HardwareResolution]:
+    """Every GPU pool a node offers: one per MIG profile on a mixed-strategy node (each a
+    separate device-plugin resource), else the node's one class. Never raises."""
+    res = classify_node(labels)
+    if res.hardware is None or not res.mig_profiles:
+        return [res]
+    return [_mig_profile_pool(labels, p) for p in res.mig_profiles]
 
 
 # ---------------------------------------------------------------- AMD

@@ -22,11 +22,12 @@ from slo_operator.engine import (
     EngineError,
     EnginePlan,
     EnginePrefs,
+    GpuSharing,
     ModelFacts,
     plan_engine,
 )
 from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
-from slo_operator.hardware import HardwareResolution, classify_node, resolve_product
+from slo_operator.hardware import HardwareResolution, classify_node_pools, resolve_product
 from slo_operator.render.objects import RenderInput
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
@@ -62,11 +63,12 @@ def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
     for node in nodes:
         if not node.schedulable:
             continue
-        res = classify_node(node.labels)
-        if res.hardware is None:
-            continue
-        key = tuple(sorted(dict(res.node_selector).items()))
-        grouped.setdefault(key, (res, []))[1].append(node)
+        # A MIG mixed-strategy node offers one pool per slice profile.
+        for res in classify_node_pools(node.labels):
+            if res.hardware is None:
+                continue
+            key = tuple(sorted(dict(res.node_selector).items()))
+            grouped.setdefault(key, (res, []))[1].append(node)
     pools = []
     for res, members in grouped.values():
         assert res.hardware is not None
@@ -111,8 +113,8 @@ def product_matches(wanted: str, resolved: HardwareResolution, pool: Pool) -> bo
 
 
 def _matches_selector(pool: Pool, nodes: Sequence[NodeInfo], selector: Mapping[str, str]) -> bool:
-    if not selector:
-        return True
+    if not selector or not pool.nodes:
+        return True  # a preview pool (render --gpu-product) has no nodes to check
     members = [n for n in nodes if n.name in pool.nodes]
     return any(all(n.labels.get(k) == v for k, v in selector.items()) for n in members)
 
@@ -281,6 +283,7 @@ def plan_service(
                         model_facts(spec),
                         prefs,
                         batch_bounds(policy, restart_limit),
+                        GpuSharing(mig=pool.resolution.mig, replicas=pool.resolution.replicas),
                     ),
                     profile_note,
                 )
