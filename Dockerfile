@@ -1,16 +1,40 @@
-# Operator and in-pod runtime (gateway, launcher) in one image.
-FROM python:3.11-slim AS build
+# syntax=docker/dockerfile:1
+# slo-operator image: the operator (`slo-operator run`) and the in-pod runtime (slo_runtime:
+# gateway, launcher, probe). The runtime is not run from this image inside vLLM pods: an init
+# container copies the package into a shared volume and vLLM's own Python runs it, so
+# slo_runtime imports nothing outside vLLM 0.32.0's dependency closure
+# (tests/unit/ship/test_image.py). That init container needs sh, cp and python3 here.
+#
+# Bases are pinned to an exact release; pin digests too where the registry is reachable
+# (`docker buildx imagetools inspect python:3.11.13-slim-bookworm`).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+# ---- build: resolve and install the wheels into a virtual environment -------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+RUN python -m venv /venv
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 COPY runtime ./runtime
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Only wheels: a dependency that would need a compiler fails the build instead of pulling
+# build tools in.
+RUN /venv/bin/pip install --only-binary=:all: --no-binary=slo-operator . \
+ && /venv/bin/pip uninstall --yes pip setuptools wheel \
+ && find /venv -name '__pycache__' -prune -exec rm -rf {} +
 
-FROM python:3.11-slim
-RUN useradd --uid 65532 --create-home slo
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-USER 65532
-EXPOSE 8080
+# ---- final: the same Python, the venv, no package managers ------------------------------
+FROM ${PYTHON_IMAGE}
+# pip and setuptools of the base are build tools too; the operator never installs anything.
+RUN python -m pip uninstall --yes pip setuptools wheel \
+ && rm -rf /root/.cache /var/lib/apt/lists/* \
+ && groupadd --gid 65532 slo \
+ && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin slo
+COPY --from=build /venv /venv
+ENV PATH=/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+USER 65532:65532
+# 8080: kopf health (liveness/readiness); 8081: the operator's /metrics (chart values).
+EXPOSE 8080 8081
 ENTRYPOINT ["slo-operator"]
 CMD ["run"]
