@@ -65,7 +65,8 @@ class HardwareClass:
     fp8_weight_only: bool
     fp8_kv_cache: bool
     fp8_format: Fp8Format | None
-    resource_name: ResourceName
+    # The vendor's whole-GPU resource, or a MIG slice's (nvidia.com/mig-1g.10gb).
+    resource_name: str
     known: bool
     sources: tuple[str, ...]
 
