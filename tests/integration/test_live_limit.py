@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.operator_support import install_crds
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, free_port
 
 from slo_operator.adapters.kube import Kube
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.reconcile.status import SLOUpdate
 from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
+from slo_runtime.contract import (
+    ENV_INFLIGHT_LIMIT_FILE,
+    ENV_PROBE_FILE,
+    LIMIT_FILE,
+    LIMIT_FILE_NAME,
+)
 
 pytestmark = pytest.mark.integration
 GROUP = "inference.slo-operator.io"
@@ -26,7 +38,8 @@ def _pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
     return items
 
 
-def test_live_limit_change_patches_pods_only(cluster: LocalCluster, namespace: str) -> None:
+def test_live_limit_change_patches_pods_only(cluster: LocalCluster, namespace: str,
+                                            tmp_path: Path) -> None:
     install_crds(cluster)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=f"""
 apiVersion: {GROUP}/v1alpha1
@@ -62,8 +75,23 @@ spec:
     assert {p["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT] for p in before_pods} == {
         "64"}
     before_dep = cluster.kubectl_json("get", "deploy", "-n", namespace, "chat-vllm")
+    # kwok runs no containers: start the gateway exactly as the applied template says,
+    # with a kubelet-style downward-API volume fed from the first pod's annotation.
+    volume = DownwardVolume(tmp_path / "limit")
+    volume.write(before_pods[0]["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT])
+    gateway = GatewayProcess(before_dep, volume, tmp_path / "gateway.log")
+    try:
+        cluster.wait_for(lambda: gateway.limit() == 64, timeout=30, desc="gateway at 64")
 
-    patched = set_live_limit(kube, namespace, 24)
+        patched = set_live_limit(kube, namespace, 24)
+
+        first = cluster.kubectl_json("get", "pod", "-n", namespace,
+                                     before_pods[0]["metadata"]["name"])
+        volume.write(first["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT])
+        cluster.wait_for(lambda: gateway.limit() == 24, timeout=30, desc="gateway at 24")
+        assert gateway.proc.poll() is None  # the same process: no restart
+    finally:
+        gateway.stop()
 
     after_pods = _pods(cluster, namespace)
     after_dep = cluster.kubectl_json("get", "deploy", "-n", namespace, "chat-vllm")
@@ -90,3 +118,66 @@ def set_live_limit(kube: Kube, namespace: str, limit: int) -> list[str]:
                                  APPLIED, update)
     assert not [a for a in out.applied if not a.startswith("Pod/")], out.applied
     return [a.split("/", 1)[1].split(" ")[0] for a in out.applied]
+
+
+class DownwardVolume:
+    """A downward-API volume as the kubelet writes it: the file is a symlink into a
+    timestamped directory that is swapped atomically (``..data``) on every update."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True)
+        (root / LIMIT_FILE_NAME).symlink_to(Path("..data") / LIMIT_FILE_NAME)
+        self.version = 0
+
+    @property
+    def file(self) -> Path:
+        return self.root / LIMIT_FILE_NAME
+
+    def write(self, value: str) -> None:
+        self.version += 1
+        target = self.root / f"..v{self.version}"
+        target.mkdir()
+        (target / LIMIT_FILE_NAME).write_text(value)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(target.name)
+        os.replace(tmp, self.root / "..data")
+
+
+class GatewayProcess:
+    """The gateway container of a Deployment's pod template, run as a local process."""
+
+    def __init__(self, dep: dict[str, Any], volume: DownwardVolume, log: Path) -> None:
+        spec = dep["spec"]["template"]["spec"]
+        container = next(c for c in spec["containers"] if c["name"] == "gateway")
+        env = {e["name"]: e.get("value", "") for e in container["env"]}
+        assert env[ENV_INFLIGHT_LIMIT_FILE] == LIMIT_FILE
+        env[ENV_INFLIGHT_LIMIT_FILE] = str(volume.file)  # the mount, moved to tmp
+        env.pop(ENV_PROBE_FILE, None)
+        self.port = free_port()
+        argv = list(container["command"])
+        assert argv[0] == "slo-runtime"
+        argv[argv.index("--port") + 1] = str(self.port)
+        self._log = open(log, "w")  # noqa: SIM115  (closed in stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slo_runtime.cli", *argv[1:], "--host", "127.0.0.1"],
+            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def limit(self) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                        timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        m = re.search(r"^slo_gateway_inflight_limit (\S+)$", text, re.M)
+        return int(float(m.group(1))) if m else None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()

@@ -18,6 +18,7 @@ from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
+from slo_operator.render.objects import instance_name
 
 
 def _env_float(name: str, default: float) -> float:
@@ -100,6 +101,9 @@ class Context:
         """Drop what is remembered of a deleted service."""
         self.locks.pop((namespace, name), None)
         self.statuses.written.pop((namespace, name), None)
+        for kind, obj in (("Deployment", instance_name(name)), ("Service", name),
+                          ("PodDisruptionBudget", instance_name(name))):
+            self.applied.forget(kind, namespace, obj)
 
 
 def context(memo: Any) -> Context:
