@@ -8,11 +8,21 @@ and status a user reads, and hold everything when Prometheus is gone.
 from __future__ import annotations
 
 import asyncio
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tests.integration.operator_support import conditions, events_for, install_crds
+from tests.integration.operator_support import (
+    OPERATOR_NS,
+    OperatorProcess,
+    bind_role,
+    chart_cluster_role,
+    conditions,
+    ensure_namespace,
+    events_for,
+    install_crds,
+)
 from tests.support.cluster import LocalCluster
 from tests.unit.reconcile.prom_fake import FakeMetrics, Load
 
@@ -98,3 +108,42 @@ spec:
     assert cluster.kubectl_json("get", "deploy", "-n", namespace,
                                 "chat-vllm")["metadata"]["generation"] == generation
     api.close()  # type: ignore[no-untyped-call]
+
+
+def test_the_operator_process_reports_an_unreachable_prometheus(
+    cluster: LocalCluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The real operator, its loop pointed at a Prometheus that is down: the service is
+    deployed, holds its replicas and says why, and the operator keeps running."""
+    install_crds(cluster)
+    ensure_namespace(cluster, OPERATOR_NS)
+    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-prom-down")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("prom-down") / "operator.log",
+                         interval=1.0, prometheus_url=dead)
+    try:
+        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=f"""
+apiVersion: {GROUP}/v1alpha1
+kind: InferenceService
+metadata: {{name: chat}}
+spec:
+  model: {{name: org/chat, sizeBillions: 8}}
+  hardware: {{gpuProducts: [H100]}}
+""")
+
+        def unavailable() -> dict[str, Any] | None:
+            svc = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat")
+            c = conditions(svc).get("MetricsAvailable")
+            return svc if c and c["reason"] == "MetricsUnavailable" else None
+
+        svc = cluster.wait_for(unavailable, timeout=90, desc="MetricsAvailable=False")
+        assert svc["status"]["desiredReplicas"] == 1
+        assert svc["status"]["observed"]["state"] == "Unavailable"
+        assert conditions(svc)["SLOCompliant"]["status"] == "Unknown"
+        assert op.proc.poll() is None
+    finally:
+        op.stop()
+        print(f"\n--- operator log ---\n{op.logs()[-3000:]}")

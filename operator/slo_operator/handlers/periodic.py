@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +32,9 @@ async def run_pass(memo: kopf.Memo) -> int:
     Returns how many objects it applied or patched (0 for a pass over unchanged services)."""
     ctx = context(memo)
     snap = snapshot(memo.slo_indexes)
+    # The loop decides from the newest status (its own memory included), even when the
+    # watch cache has not yet delivered what the previous pass wrote.
+    snap = replace(snap, services={k: ctx.statuses.latest(v) for k, v in snap.services.items()})
     now = datetime.now(UTC)
     updates = {}
     writes = 0
