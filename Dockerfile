@@ -26,7 +26,9 @@ RUN /venv/bin/pip install --only-binary=:all: --no-binary=slo-operator . \
 # ---- final: the same Python, the venv, no package managers ------------------------------
 FROM ${PYTHON_IMAGE}
 # pip and setuptools of the base are build tools too; the operator never installs anything.
-RUN python -m pip uninstall --yes pip setuptools wheel \
+# (A base built from Debian packages, hack/build-image.sh, has no pip to remove.)
+RUN if python -m pip --version >/dev/null 2>&1; then \
+      python -m pip uninstall --yes pip setuptools wheel; fi \
  && rm -rf /root/.cache /var/lib/apt/lists/* \
  && groupadd --gid 65532 slo \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

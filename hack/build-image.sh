@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Daemonless build of the slo-operator image with buildah (vfs storage, chroot isolation),
+# for machines without a container engine or registry access: the base image is made from
+# Debian packages with debootstrap (Debian's python3 3.11 in place of python:3.11-slim).
+#
+#   sudo apt-get install buildah debootstrap
+#   hack/build-image.sh [TAG]            # default localhost/slo-operator:dev
+#
+# Then, e.g.:  buildah --storage-driver vfs push localhost/slo-operator:dev oci-archive:slo.tar
+set -euo pipefail
+
+TAG=${1:-localhost/slo-operator:dev}
+BASE=${BASE_TAG:-localhost/slo-base:debian-bookworm}
+WORK=${SLO_IMAGE_WORK:-${TMPDIR:-/tmp}/slo-image}
+SUITE=${DEBIAN_SUITE:-bookworm}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
+  rm -rf "$WORK/rootfs" && mkdir -p "$WORK"
+  debootstrap --variant=minbase \
+    --include=python3,python3-venv,python-is-python3,ca-certificates \
+    "$SUITE" "$WORK/rootfs" "$MIRROR"
+  rm -rf "$WORK/rootfs/var/cache/apt/archives"/*.deb "$WORK/rootfs/var/lib/apt/lists"/*
+  ctr=$(buildah from scratch)
+  buildah copy "$ctr" "$WORK/rootfs" / >/dev/null
+  buildah config --env PATH=/usr/local/bin:/usr/bin:/bin --cmd '["python3"]' "$ctr"
+  buildah commit --rm "$ctr" "$BASE"
+fi
+
+buildah bud --layers=false --build-arg "PYTHON_IMAGE=$BASE" -t "$TAG" -f "$root/Dockerfile" "$root"
+echo "Built $TAG (base $BASE)"
