@@ -171,3 +171,25 @@ def test_pod_template_is_the_same_whatever_the_live_limit() -> None:
     r_low, r_high = plan_with_limit("restart", 16), plan_with_limit("restart", 200)
     assert (build_deployment(r_low)["spec"]["template"]
             != build_deployment(r_high)["spec"]["template"])
+
+
+def test_user_env_cannot_collide_with_the_operators_env() -> None:
+    """Every env name the operator sets is one the API refuses from users (duplicate keys
+    make server-side apply fail)."""
+    from slo_operator.api.models import OPERATOR_ENV_NAMES, OPERATOR_ENV_PREFIX
+
+    dep = build_deployment(make_input(engine_env=(("QUANT_CONFIG", "/q.json"),)))
+    for container in dep["spec"]["template"]["spec"]["containers"]:
+        for e in container.get("env", []):
+            assert e["name"].startswith(OPERATOR_ENV_PREFIX) or e["name"] in OPERATOR_ENV_NAMES
+
+
+def test_pod_meets_pod_security_restricted() -> None:
+    pod = build_deployment(make_input())["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"] + pod["initContainers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert all(set(v) & {"emptyDir", "downwardAPI"} for v in pod["volumes"])

@@ -40,6 +40,11 @@ def field_problems(err: ValidationError, prefix: str = "spec") -> list[FieldProb
             field = msg.split(" ", 1)[0]
             problems.append(FieldProblem(field, msg))
             continue
+        if msg.startswith(".") and ": " in msg:
+            # A model validator naming one of its own fields: ".key: message".
+            rel, _, rest = msg.partition(": ")
+            problems.append(FieldProblem(_path(prefix, loc) + rel, rest))
+            continue
         problems.append(FieldProblem(_path(prefix, loc), msg))
     return problems
 

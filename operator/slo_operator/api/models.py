@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -29,6 +29,21 @@ DURATION_PATTERN = r"^[0-9]+(s|m|h)$"
 _DURATION_RE = re.compile(DURATION_PATTERN)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# k8s.io/apimachinery validation: IsValidLabelValue, IsQualifiedName (label keys, taint keys).
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_QUALIFIED_NAME_RE = re.compile(QUALIFIED_NAME_PATTERN)
+# Model and served names become `vllm serve` argument values; argparse reads a leading
+# "-" as an option.
+ARG_VALUE_PATTERN = r"^[^-\s]"
+# Environment variables the operator sets in the vLLM container (render.objects) and the
+# planner's QUANT_CONFIG; a user's env may not repeat them, nor use the runtime's SLO_
+# prefix (server-side apply refuses duplicate keys in the env list).
+OPERATOR_ENV_PREFIX = "SLO_"
+OPERATOR_ENV_NAMES = ("PYTHONPATH", "POD_NAME", "POD_NAMESPACE", "HOME", "QUANT_CONFIG")
 
 
 def parse_duration(value: str) -> int:
@@ -346,12 +361,14 @@ class ModelSpec(_Model):
     name: str = Field(
         min_length=1,
         max_length=512,
+        json_schema_extra={"pattern": ARG_VALUE_PATTERN},
         description="Model to serve: a Hugging Face id or a path inside the image or a volume "
-        "(required).",
+        "(required; may not start with '-' or a space).",
     )
     served_name: str | None = Field(
-        default=None, max_length=253,
-        description="Name clients send in the 'model' field; defaults to model.name."
+        default=None, max_length=253, json_schema_extra={"pattern": ARG_VALUE_PATTERN},
+        description="Name clients send in the 'model' field; defaults to model.name (may not "
+        "start with '-' or a space)."
     )
     size_billions: Annotated[float, Field(gt=0, le=10_000)] = Field(
         description="Parameter count in billions (required); sizes weight memory and tensor "
@@ -376,6 +393,19 @@ class ModelSpec(_Model):
         description="Attention head dimension, elements per head (refines KV-cache sizing); "
         "unset: estimated."
     )
+    num_attention_heads: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None,
+        description="Number of attention (query) heads; tensor parallelism must divide it "
+        "(e.g. 28 for Qwen2.5-7B); unset: only the KV heads are checked."
+    )
+    @field_validator("name", "served_name")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(ARG_VALUE_PATTERN, value):
+            raise ValueError("must not start with '-' or a space (it is passed to vllm serve "
+                             "as an argument value)")
+        return value
+
     quantized_checkpoint: str | None = Field(
         default=None,
         max_length=64,
@@ -399,8 +429,27 @@ class EngineSpec(_Model):
     on (status.engineArgs shows the result).
     """
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.env.all(e, self.env.exists_one(f, f.name == e.name))",
+                    "spec.engine.env: each name may appear once",
+                    ".env",
+                ),
+                _cel(
+                    f"self.env.all(e, !e.name.startsWith('{OPERATOR_ENV_PREFIX}') && "
+                    f"!(e.name in {list(OPERATOR_ENV_NAMES)}))",
+                    f"spec.engine.env: names {', '.join(OPERATOR_ENV_NAMES)} and "
+                    f"{OPERATOR_ENV_PREFIX}* are set by the operator",
+                    ".env",
+                ),
+            ]
+        }
+    )
+
     image: str = Field(
-        default="vllm/vllm-openai:v0.32.0", min_length=1, max_length=512,
+        default="vllm/vllm-openai:v0.32.0", min_length=1, max_length=512, pattern=r"^\S+$",
         description="vLLM container image; default vllm/vllm-openai:v0.32.0.",
     )
     precision: Precision = Field(
@@ -436,33 +485,97 @@ class EngineSpec(_Model):
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=128,
-        description="Environment variables for the vLLM container, at most 128.",
+        description="Environment variables for the vLLM container, at most 128, each name once; "
+        "the operator's own (SLO_*, PYTHONPATH, POD_NAME, POD_NAMESPACE, HOME, QUANT_CONFIG) "
+        "are refused.",
     )
+
+    @model_validator(mode="after")
+    def _env_names(self) -> EngineSpec:
+        seen: set[str] = set()
+        for i, e in enumerate(self.env):
+            if e.name in seen:
+                raise ValueError(f".env[{i}].name: {e.name!r} is set twice")
+            seen.add(e.name)
+            if e.name.startswith(OPERATOR_ENV_PREFIX) or e.name in OPERATOR_ENV_NAMES:
+                raise ValueError(f".env[{i}].name: {e.name!r} is set by the operator")
+        return self
 
 
 class Toleration(_Model):
     """A toleration added to every replica's pod (as in a Pod's spec.tolerations)."""
 
+    # The Pod API's own rules (k8s.io/kubernetes pkg/apis/core/validation
+    # ValidateTolerations), so a bad toleration is refused here rather than by the
+    # Deployment apply.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "(has(self.key) && self.key != '') || "
+                    "(has(self.operator) && self.operator == 'Exists')",
+                    "spec.hardware.tolerations: an empty key needs operator Exists",
+                    ".key",
+                ),
+                _cel(
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
+                    "self.value == ''",
+                    "spec.hardware.tolerations: operator Exists takes no value",
+                    ".value",
+                ),
+                _cel(
+                    "!has(self.tolerationSeconds) || "
+                    "(has(self.effect) && self.effect == 'NoExecute')",
+                    "spec.hardware.tolerations: tolerationSeconds needs effect NoExecute",
+                    ".tolerationSeconds",
+                ),
+            ]
+        }
+    )
+
     key: str | None = Field(
-        default=None, max_length=316, description="Taint key; empty with Exists matches all."
+        default=None, max_length=316, pattern=r"^$|" + QUALIFIED_NAME_PATTERN,
+        description="Taint key (a label key); empty with Exists matches all.",
     )
     operator: Literal["Exists", "Equal"] | None = Field(
         default=None, description="Exists or Equal; default Equal."
     )
     value: str | None = Field(
-        default=None, max_length=63, description="Taint value to match with Equal."
+        default=None, max_length=63, pattern=LABEL_VALUE_PATTERN,
+        description="Taint value to match with Equal (a label value)."
     )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
-    toleration_seconds: int | None = Field(
+    toleration_seconds: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = Field(
         default=None,
-        description="Seconds a NoExecute taint is tolerated before eviction; unset: forever.",
+        description="Seconds a NoExecute taint is tolerated before eviction (effect NoExecute "
+        "only); unset: forever.",
     )
+
+    @model_validator(mode="after")
+    def _api_rules(self) -> Toleration:
+        if not self.key and self.operator != "Exists":
+            raise ValueError(".key: an empty key needs operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError(".value: operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(".tolerationSeconds: needs effect NoExecute")
+        return self
 
 
 class HardwareSpec(_Model):
     """Which GPUs may run the replicas and how many each replica gets."""
+
+    @model_validator(mode="after")
+    def _selector_keys(self) -> HardwareSpec:
+        for key in self.node_selector:
+            if not _QUALIFIED_NAME_RE.match(key) or len(key.split("/")[0]) > 253:
+                raise ValueError(
+                    f"spec.hardware.nodeSelector: {key!r} is not a label key such as "
+                    "example.com/zone"
+                )
+        return self
 
     gpu_products: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list,
@@ -473,8 +586,15 @@ class HardwareSpec(_Model):
         default=None,
         description="GPUs per replica (count); unset: derived from the model and GPU memory."
     )
-    node_selector: dict[str, Annotated[str, Field(max_length=63)]] = Field(
-        default_factory=dict, description="Extra node labels every replica's node must carry."
+    # Keys are checked by the validator below (a CEL rule over map keys of unbounded
+    # length would exceed the API server's cost budget); values by the schema.
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = (
+        Field(
+            default_factory=dict,
+            max_length=64,
+            description="Extra node labels (label keys and values, at most 64) every "
+            "replica's node must carry.",
+        )
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=64,

@@ -198,7 +198,6 @@ def engine_hash(inp: RenderInput) -> str:
 # docs/bad-input.md says what this rules out (root-owned model paths, hostPath volumes).
 RUN_AS_USER = 1000
 HOME_DIR = "/home/vllm"
-OPERATOR_ENV_EXTRA = ("PYTHONPATH", "POD_NAME", "POD_NAMESPACE", "HOME")
 
 
 def _pod_security() -> dict[str, Any]:
