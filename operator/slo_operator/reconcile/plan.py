@@ -146,6 +146,7 @@ def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
         max_model_len=m.max_model_len,
         num_layers=m.num_layers,
         num_kv_heads=m.num_kv_heads,
+        num_attention_heads=m.num_attention_heads,
         head_dim=m.head_dim,
         quantized_checkpoint=m.quantized_checkpoint,
     )
