@@ -26,6 +26,7 @@ from slo_operator.reconcile.plan import (
     plan_service,
     pool_from_product,
 )
+from slo_operator.render.names import is_namespace_name, is_object_name
 from slo_operator.render.objects import build_all
 from slo_operator.ship import metrics as ship_metrics
 from slo_operator.ship import peering as ship_peering
@@ -36,32 +37,115 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
-def _load_docs(path: str) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+def _read_text(path: str) -> str:
+    if path == "-":
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    else:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError as err:
+            raise InputError(f"{path}: no such file") from err
+        except IsADirectoryError as err:
+            raise InputError(f"{path}: is a directory, not a YAML file") from err
+        except OSError as err:
+            raise InputError(f"{path}: cannot be read: {err.strerror or err}") from err
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); YAML files are "
+                         "UTF-8") from err
+
+
+def _load_docs(path: str) -> list[Any]:
+    text = _read_text(path)
     try:
         return [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML: {err}") from err
+    except RecursionError as err:
+        raise InputError(f"{path}: YAML nested too deeply") from err
 
 
-def _find(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+def _find(docs: list[Any], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if isinstance(d, dict) and d.get("kind") == kind]
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    """A YAML mapping with string keys, else exit 2 naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: must be a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise InputError(f"{where}: key {key!r} must be a string")
+    return value
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    out = _mapping(value, where)
+    for key, v in out.items():
+        if not isinstance(v, str):
+            raise InputError(f"{where}.{key}: must be a string (quote it: \"{v}\"), got "
+                             f"{type(v).__name__}")
+    return out
 
 
 def _nodes_from_file(path: str) -> list[NodeInfo]:
     docs = _load_docs(path)
     nodes: list[NodeInfo] = []
     for i, doc in enumerate(docs):
-        items = doc.get("items") if doc.get("kind") == "NodeList" else None
-        for j, obj in enumerate(items if items is not None else [doc]):
+        where = f"{path}: document {i + 1}"
+        if isinstance(doc, list):
+            objs, prefix = doc, where
+        else:
+            top = _mapping(doc, where)
+            if top.get("kind") == "NodeList":
+                items = top.get("items")
+                if not isinstance(items, list):
+                    raise InputError(f"{where}: items must be a list of Nodes")
+                objs, prefix = items, f"{where}: items"
+            else:
+                objs, prefix = [top], where
+        for j, obj in enumerate(objs):
+            at = f"{prefix}[{j}]" if prefix != where or isinstance(doc, list) else where
+            obj = _mapping(obj, at)
             if obj.get("kind") == "Node":
-                meta = obj.get("metadata") or {}
-                alloc = ((obj.get("status") or {}).get("allocatable")) or {}
-                nodes.append(NodeInfo(meta.get("name", f"node-{i}-{j}"),
-                                      meta.get("labels") or {}, alloc))
+                meta = _mapping(obj.get("metadata"), f"{at}.metadata")
+                status = _mapping(obj.get("status"), f"{at}.status")
+                alloc = _mapping(status.get("allocatable"), f"{at}.status.allocatable")
+                name = meta.get("name", f"node-{i}-{j}")
+                nodes.append(NodeInfo(str(name),
+                                      _string_map(meta.get("labels"), f"{at}.metadata.labels"),
+                                      {k: str(v) for k, v in alloc.items()}))
             else:  # a plain label mapping, as `kubectl get node -o jsonpath={.metadata.labels}`
-                nodes.append(NodeInfo(f"node-{i}-{j}", {str(k): str(v) for k, v in obj.items()}))
+                nodes.append(NodeInfo(f"node-{i}-{j}", _string_map(obj, at)))
     return nodes
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Repeated values are written out in full: `kubectl apply` and reviewers get plain
+    YAML, not anchors and aliases (&id001)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _object_meta(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    """metadata of an input object, its name and namespace checked as the API would."""
+    meta = _mapping(doc.get("metadata"), f"{kind}.metadata")
+    name = meta.get("name", "inference" if kind == "InferenceService" else "")
+    if kind == "InferenceService" and not (isinstance(name, str) and is_object_name(name)):
+        raise InputError(f"{kind}.metadata.name: {name!r} is not a valid name (lowercase "
+                         "letters, digits, '-' and '.', at most 253 characters)")
+    namespace = meta.get("namespace", "default")
+    if not (isinstance(namespace, str) and is_namespace_name(namespace)):
+        raise InputError(f"{kind}.metadata.namespace: {namespace!r} is not a valid namespace")
+    uid = meta.get("uid", "")
+    return {**meta, "name": name, "namespace": namespace, "uid": uid if isinstance(
+        uid, str) else ""}
 
 
 @click.group()
@@ -109,7 +193,7 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
     if len(services) != 1:
         raise InputError(f"{filename}: expected one InferenceService, found {len(services)}")
     svc = services[0]
-    meta = svc.get("metadata") or {}
+    meta = _object_meta(svc, "InferenceService")
     try:
         spec = InferenceServiceSpec.model_validate(svc.get("spec") or {})
     except ValidationError as err:
@@ -118,7 +202,8 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
     policies = _find(_load_docs(policy_file), "SLOPolicy") if policy_file else _find(
         docs, "SLOPolicy")
     ref = spec.slo_policy_ref.name if spec.slo_policy_ref else ""
-    chosen = [p for p in policies if (p.get("metadata") or {}).get("name") == ref] or policies
+    chosen = [p for p in policies
+              if _mapping(p.get("metadata"), "SLOPolicy.metadata").get("name") == ref] or policies
     if ref and not chosen:
         click.echo(f"warning: SLOPolicy {ref!r} not in the input; using policy defaults",
                    err=True)
@@ -151,9 +236,11 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
 
     lo, _hi = initial_replicas(spec, policy)
     result = plan_service(
-        name=meta.get("name", "inference"),
-        namespace=meta.get("namespace", "default"),
-        uid=meta.get("uid", "00000000-0000-0000-0000-000000000000"),
+        name=meta["name"],
+        namespace=meta["namespace"],
+        # A preview has no UID unless the input carries one; objects rendered without one
+        # carry no owner reference (one with a made-up UID is garbage-collected at once).
+        uid=meta["uid"],
         spec=spec, policy=policy, policy_name=ref, pools=pools, nodes=nodes,
         replicas=max(lo, 1),
         profiles=load_profiles() + (load_profiles(Path(profiles_dir)) if profiles_dir else ()),
@@ -162,12 +249,15 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
         raise InputError(f"{result.field}: {result.message} ({result.reason})")
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
+    if not meta["uid"]:
+        click.echo("note: no metadata.uid in the input: objects carry no ownerReferences "
+                   "(the operator sets them to the live InferenceService)", err=True)
     objects = build_all(result.render)
     if output == "json":
         click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
     else:
-        click.echo("---\n".join(yaml.safe_dump(o, sort_keys=False, width=100) for o in objects),
-                   nl=False)
+        click.echo("---\n".join(yaml.dump(o, Dumper=_NoAliasDumper, sort_keys=False, width=100)
+                                 for o in objects), nl=False)
 
 
 def _problems_text(source: str, problems: list[Any]) -> str:
@@ -233,6 +323,10 @@ def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
         os.environ["SLO_KUBECONFIG"] = kubeconfig
+        # kopf's default login goes through the kubernetes client, whose default kubeconfig
+        # path was read from KUBECONFIG when it was imported (before this option was seen);
+        # kopf's own kubeconfig login reads the variable when it runs.
+        kopf.on.login()(kopf.login_with_kubeconfig)
     if prometheus_url:
         os.environ["SLO_PROMETHEUS_URL"] = prometheus_url
     if interval is not None:
@@ -277,13 +371,15 @@ def demo(duration: float | None, trace: str | None, speed: float | None, out: Pa
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-report"), show_default=True, help="Report directory.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
-def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes (one per trace and target set; results do not change).")
+def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int) -> None:
     """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
     from slo_operator.sim.command import run as run_bench
 
     sets = ["strict", "loose"] if targets == "both" else [targets]
     try:
-        path = run_bench(list(traces), sets, out, seed)
+        path = run_bench(list(traces), sets, out, seed, jobs)
     except ValueError as err:
         raise InputError(str(err)) from err
     click.echo(f"Wrote {path}")
