@@ -20,6 +20,7 @@ from kubernetes.dynamic import DynamicClient
 
 from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.render.names import ANNOTATION_SERVICE_NAME
 from slo_runtime.contract import (
     ANNOTATION_INFLIGHT_LIMIT,
     LABEL_MANAGED_BY,
@@ -112,9 +113,11 @@ def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
 
 
 def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
-    """(namespace, service) of an owned object, from its service label."""
+    """(namespace, service) of an owned object: the full name from its annotation (label
+    values are cut to 63 characters with a hash), else from its service label."""
     meta = body.get("metadata") or {}
-    owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    owner = (meta.get("annotations") or {}).get(ANNOTATION_SERVICE_NAME) or (
+        meta.get("labels") or {}).get(LABEL_SERVICE)
     return (str(meta.get("namespace", "")), str(owner)) if owner else None
 
 

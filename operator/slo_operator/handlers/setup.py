@@ -18,7 +18,7 @@ from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
-from slo_operator.render.objects import instance_name
+from slo_operator.render.objects import instance_name, service_name
 
 
 def _env_float(name: str, default: float) -> float:
@@ -101,7 +101,7 @@ class Context:
         """Drop what is remembered of a deleted service."""
         self.locks.pop((namespace, name), None)
         self.statuses.written.pop((namespace, name), None)
-        for kind, obj in (("Deployment", instance_name(name)), ("Service", name),
+        for kind, obj in (("Deployment", instance_name(name)), ("Service", service_name(name)),
                           ("PodDisruptionBudget", instance_name(name))):
             self.applied.forget(kind, namespace, obj)
 

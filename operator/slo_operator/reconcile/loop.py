@@ -46,6 +46,7 @@ from slo_operator.reconcile.status import (
     scaling_condition,
     slo_condition,
 )
+from slo_operator.render.names import service_label
 from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record, report
 from slo_operator.slo.promql import QueryPlan, build_queries
 from slo_operator.slo.signals import parse_signals, spec_for
@@ -158,9 +159,12 @@ def decide_all(
 ) -> dict[ServiceKey, SLOUpdate]:
     """Every service's update for this pass (pure: results and ``now`` passed in)."""
     ts = now.timestamp()
-    specs = {s.key: spec_for(s.policy.objectives, float(parse_duration(s.policy.window)))
-             for s in services}
-    signals = parse_signals(plan, results, specs, ts)
+    # Series carry the service *label* (cut with a hash past 63 characters), not the name.
+    by_label = {ServiceKey(s.key.namespace, service_label(s.key.name)): s for s in services}
+    specs = {k: spec_for(s.policy.objectives, float(parse_duration(s.policy.window)))
+             for k, s in by_label.items()}
+    signals = {by_label[k].key: sig
+               for k, sig in parse_signals(plan, results, specs, ts).items()}
     decisions: dict[ServiceKey, Decision] = {}
     requests = []
     for s in services:

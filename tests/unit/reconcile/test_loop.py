@@ -158,3 +158,15 @@ def test_scarce_gpus_go_to_the_higher_priority(priorities: tuple[int, int],
     assert limited.reason in ("GPUsReclaimed", C.INSUFFICIENT_GPUS)
     assert {c.type: c for c in win.conds}[C.SCALING_LIMITED].reason not in (
         "GPUsReclaimed", C.INSUFFICIENT_GPUS)
+
+
+def test_a_long_name_finds_its_series_under_its_cut_label() -> None:
+    from slo_operator.render.names import service_label
+
+    name = "llama-3.1-8b-instruct-" + "x" * 60  # a valid name no label value can hold
+    _, snap, _ = planned(name=name)
+    label = service_label(name)
+    assert label != name
+    metrics = FakeMetrics({ServiceKey("team-a", label): QUIET})
+    update = asyncio.run(observe_and_decide(metrics, snap, NOW))[ServiceKey("team-a", name)]
+    assert update.observed is not None and update.observed.state == "OK"
