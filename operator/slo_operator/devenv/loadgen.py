@@ -81,7 +81,7 @@ class LoadResult:
 
 @dataclass(frozen=True)
 class LoadSpec:
-    model: str = "model"
+    model: str | None = None        # None: the replica's served model (field omitted)
     speed: float = 1.0              # trace seconds per replay second
     stream: bool = True
     max_prompt: int = 8192          # longer prompts are cut (the replicas' context)
@@ -108,8 +108,10 @@ async def _one(session: aiohttp.ClientSession, url: str, req: TraceRequest, spec
                start: float, result: LoadResult) -> None:
     prompt = max(1, min(int(req.prompt), spec.max_prompt))
     output = max(1, min(int(req.output), spec.max_output))
-    body = {"model": spec.model, "prompt": list(range(prompt)), "max_tokens": output,
-            "stream": spec.stream}
+    body: dict[str, object] = {"prompt": list(range(prompt)), "max_tokens": output,
+                               "stream": spec.stream}
+    if spec.model is not None:
+        body["model"] = spec.model
     headers = {"X-Tenant": spec.tenant_header} if spec.tenant_header else {}
     sent = time.monotonic()
     ttft: float | None = None

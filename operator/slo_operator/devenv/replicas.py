@@ -401,6 +401,8 @@ class ReplicaHarness:
             hw = pod_hardware(pod, self._node_labels(node) if node else None)
             self._submit(self._add(spec, hw))
         elif spec.limit is not None and spec.limit != running.spec.limit:
+            log.info("Projected in-flight limit %d of pod %s/%s into %s", spec.limit, *key,
+                     running.limit_file)
             running.spec = spec
             _write_limit(running.limit_file, spec.limit)
 
