@@ -433,12 +433,14 @@ class EngineSpec(_Model):
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
-                    "self.env.all(e, self.env.exists_one(f, f.name == e.name))",
+                    # has(): the engine's default object carries no env list.
+                    "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))",
                     "spec.engine.env: each name may appear once",
                     ".env",
                 ),
                 _cel(
-                    f"self.env.all(e, !e.name.startsWith('{OPERATOR_ENV_PREFIX}') && "
+                    f"!has(self.env) || self.env.all(e, "
+                    f"!e.name.startsWith('{OPERATOR_ENV_PREFIX}') && "
                     f"!(e.name in {list(OPERATOR_ENV_NAMES)}))",
                     f"spec.engine.env: names {', '.join(OPERATOR_ENV_NAMES)} and "
                     f"{OPERATOR_ENV_PREFIX}* are set by the operator",
