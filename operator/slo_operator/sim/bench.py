@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib import resources
 
@@ -140,6 +140,7 @@ class WorkloadResult:
     static_n: dict[str, int]
     static: RunResult
     entries: list[Entry] = field(default_factory=list)
+    n_requests: int = 0
 
     def best(self, family: str) -> Entry:
         """A family's best point: the fewest GPU-hours at >= the attainment target, else
@@ -170,7 +171,7 @@ def run_workload(key: str, target_set: str, seed: int = 0,
     init = {t.name: max(1, orc.need[t.name][0]) for t in wl.tenants}
     static_n, static = smallest_static(wl, orc.need, ATTAINMENT_TARGET)
     note("static")
-    res = WorkloadResult(wl, target_set, orc, static_n, static)
+    res = WorkloadResult(wl, target_set, orc, static_n, static, n_requests=len(wl.trace.requests))
     for family, make in candidates():
         run = simulate(wl, {t.name: make(t) for t in wl.tenants}, initial=init)
         res.entries.append(Entry(family, run))
@@ -180,6 +181,9 @@ def run_workload(key: str, target_set: str, seed: int = 0,
                    label="slo-operator (central queue)")
     res.entries.append(Entry("slo-operator", run, routing="central"))
     note(run.policy)
+    # The report needs the trace's notes and length only: keep results small to pass
+    # between processes.
+    res.workload = replace(wl, trace=replace(wl.trace, requests=()))
     return res
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slo_operator.sim.bench import ATTAINMENT_TARGET, HELD_OUT, MAX_REPLICAS, WorkloadResult
-from slo_operator.sim.run import RunResult, TenantResult, _pct
+from slo_operator.sim.run import RunResult, TenantResult
 
 PEERS = ("keda-waiting", "keda-outstanding", "knative-kpa", "llm-d-slo", "llm-d-wva",
          "aibrix-apa", "dynamo-planner")
@@ -27,8 +27,7 @@ def _f(x: float | None, nd: int = 2) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def _ms(xs: Sequence[float], q: float) -> str:
-    v = _pct(xs, q)
+def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:,.0f}"
 
 
@@ -38,21 +37,22 @@ def _med(ws: TenantResult, attr: str) -> float | None:
 
 
 def _row(label: str, run: RunResult, static: RunResult, orc: RunResult) -> str:
-    e2e = [x for t in run.tenants.values() for x in t.e2e]
-    ttft = [x for t in run.tenants.values() for x in t.ttft]
+    e2e = " / ".join(_ms(t.e2e_p99) for t in run.tenants.values())
+    ttft = " / ".join(_ms(t.ttft_p95) for t in run.tenants.values())
     itl = [v for t in run.tenants.values() if (v := _med(t, "itl_p99")) is not None]
     jit = [v for t in run.tenants.values() if (v := _med(t, "jitter")) is not None]
     att = " / ".join(f"{t.attainment * 100:.1f}" for t in run.tenants.values())
     return (f"| {label} | {att} | {run.gpu_hours:.2f} | {run.mean_replicas:.2f} | "
             f"{run.gpu_hours / static.gpu_hours:.2f} | {run.gpu_hours / orc.gpu_hours:.2f} | "
-            f"{run.scale_actions} | {run.limit_changes} | {_ms(e2e, 0.99)} | "
-            f"{_ms(ttft, 0.95)} | {max(itl) * 1e3 if itl else 0:.0f} | "
+            f"{run.scale_actions} | {run.limit_changes} | {e2e} | {ttft} | "
+            f"{max(itl) * 1e3 if itl else 0:.0f} | "
             f"{max(jit) if jit else 0:.2f} |")
 
 
 HEADER = ("| policy | SLO attainment % (per tenant) | GPU-h | mean replicas | x static | "
-          "x oracle | scale actions | limit changes | P99 e2e ms | P95 TTFT ms | "
-          "median window P99 ITL ms | median window jitter |\n"
+          "x oracle | scale actions | limit changes | P99 e2e ms (per tenant) | "
+          "P95 TTFT ms (per tenant) | worst tenant's median window P99 ITL ms | "
+          "worst tenant's median window jitter |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -170,7 +170,7 @@ def render(results: Sequence[WorkloadResult], out: Path, cpu_s: float) -> Path:
         held = " (held out while tuning)" if wl.name in HELD_OUT else ""
         lines += [f"## {wl.name} - {res.target_set} targets{held}", ""]
         lines += [f"- {n}" for n in wl.trace.notes]
-        lines.append(f"- {len(wl.trace.requests):,} requests over "
+        lines.append(f"- {res.n_requests:,} requests over "
                      f"{wl.trace.duration / 60:.0f} min")
         for t in wl.tenants:
             lines.append(f"- objectives of {t.name}: {t.objectives.describe()}")

@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from slo_operator.sim.engine import ITL_BIN_S, Finished, Phase, Service, Simulation
 from slo_operator.sim.metrics import Scraper
@@ -71,8 +71,8 @@ class TenantResult:
     limit_changes: int
     preemptions: int
     series: list[tuple[float, int, int, int]]  # (t, replicas incl. starting/draining, ready, limit)
-    e2e: list[float] = field(default_factory=list)
-    ttft: list[float] = field(default_factory=list)
+    e2e_p99: float | None = None  # over every request finished within the trace (s)
+    ttft_p95: float | None = None
 
     @property
     def attainment(self) -> float:
@@ -242,8 +242,8 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
         tenants[t.name] = TenantResult(
             t.name, wins, svc.gpu_seconds(end), svc.scale_actions, svc.limit_changes,
             svc.preemptions, series[t.name],
-            e2e=[f.done - f.t for f in svc.finished if f.done < end],
-            ttft=[f.first - f.t for f in svc.finished if f.done < end])
+            e2e_p99=_pct([f.done - f.t for f in svc.finished if f.done < end], 0.99),
+            ttft_p95=_pct([f.first - f.t for f in svc.finished if f.done < end], 0.95))
     names = {p.name for p in policies.values()}
     return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
                      time.process_time() - cpu0, end)
