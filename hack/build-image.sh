@@ -5,6 +5,7 @@
 #
 #   sudo apt-get install buildah debootstrap
 #   hack/build-image.sh [TAG]            # default localhost/slo-operator:dev
+#   SLO_BUILD_CA=/etc/ssl/certs/ca-certificates.crt hack/build-image.sh   # behind a TLS proxy
 #
 # Then, e.g.:  buildah --storage-driver vfs push localhost/slo-operator:dev oci-archive:slo.tar
 set -euo pipefail
@@ -20,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
   rm -rf "$WORK/rootfs" && mkdir -p "$WORK"
   debootstrap --variant=minbase \
-    --include=python3,python3-venv,python-is-python3,ca-certificates \
+    --include=python3,python3-venv,python-is-python3,ca-certificates,passwd \
     "$SUITE" "$WORK/rootfs" "$MIRROR"
   rm -rf "$WORK/rootfs/var/cache/apt/archives"/*.deb "$WORK/rootfs/var/lib/apt/lists"/*
   ctr=$(buildah from scratch)
@@ -29,5 +30,15 @@ if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
   buildah commit --rm "$ctr" "$BASE"
 fi
 
-buildah bud --layers=false --build-arg "PYTHON_IMAGE=$BASE" -t "$TAG" -f "$root/Dockerfile" "$root"
+# Behind a TLS-inspecting proxy, SLO_BUILD_CA names the CA bundle pip must trust; it is
+# mounted into the build steps only (never into the image).
+mounts=()
+if [[ -n "${SLO_BUILD_CA:-}" ]]; then
+  mkdir -p "$WORK"
+  printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "$WORK/pip.conf"
+  mounts=(-v "$SLO_BUILD_CA:/etc/ssl/certs/ca-certificates.crt:ro" -v "$WORK/pip.conf:/etc/pip.conf:ro")
+fi
+
+buildah bud --layers=false "${mounts[@]}" --build-arg "PYTHON_IMAGE=$BASE" -t "$TAG" \
+  -f "$root/Dockerfile" "$root"
 echo "Built $TAG (base $BASE)"

@@ -219,6 +219,16 @@ def test_two_replicas_one_acts_and_a_standby_takes_over(
         cluster.wait_for(lambda: reconciled(cluster, namespace, "llama-8b"), timeout=90,
                          desc="example reconciled by replica-a")
         assert b.active() is False
+        # GitOps: the operator wrote nothing but status on either kind (docs/argocd.md).
+        cluster.wait_for(lambda: "Ready" in conditions(
+            cluster.kubectl_json("get", "slo", "-n", namespace, "chat-gold")),
+            timeout=60, desc="policy reconciled")
+        for kind, name in (("infsvc", "llama-8b"), ("slo", "chat-gold")):
+            meta = cluster.kubectl_json("get", kind, "-n", namespace, name,
+                                        "--show-managed-fields")["metadata"]
+            assert not meta.get("finalizers")
+            writers = [m for m in meta["managedFields"] if not m["manager"].startswith("kubectl")]
+            assert writers and all(m.get("subresource") == "status" for m in writers), writers
 
         # The active replica dies without goodbye: the standby resumes after the lifetime.
         t0 = time.monotonic()
