@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import signal
 import threading
 import time
@@ -82,10 +83,32 @@ def run_demo(opts: Options, console: Console) -> Result:
     tenants = scenario.tenants(opts.trace)
     manifests = scenario.manifests(tenants)
     traces = {t.service: scenario.load(t, opts.speed, opts.duration) for t in tenants}
-    duration = opts.duration or max(tr.duration for tr in traces.values())
     out = (opts.out or default_out(dt.datetime.now(dt.UTC))).resolve()
     out.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]slo-operator demo[/]: results will be written to {out}")
+    with _logs_to(out / "demo.log"):
+        return _run(opts, console, out, traces, manifests, t_start)
+
+
+@contextlib.contextmanager
+def _logs_to(path: Path) -> Iterator[None]:
+    """Send log records (replica harness, Prometheus runner) to a file: on the terminal they
+    would tear through the live view."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers = [handler]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+        handler.close()
+
+
+def _run(opts: Options, console: Console, out: Path, traces: dict[str, Trace],
+         manifests: Sequence[Path], t_start: float) -> Result:
+    duration = opts.duration or max(tr.duration for tr in traces.values())
     for svc, tr in traces.items():
         console.print(f"  {svc} <- {tr.name}: {len(tr.requests)} requests in "
                       f"{format_duration(tr.duration)}: time compressed x{opts.speed:g}, "
@@ -112,7 +135,8 @@ def run_demo(opts: Options, console: Console) -> Result:
                               " (binaries, control plane, chart, operator, tenants, replicas).")
                 load = Replay([_target(svc, traces, harness) for svc in services])
                 stack.on_close("trace replay", load.stop)
-                _watch(stack, load, traces, duration, opts.speed, console, samples)
+                _watch(stack, load, traces, duration, duration + scenario.COOL_DOWN_S,
+                       opts.speed, console, samples)
                 if opts.keep:
                     _keep(stack, console)
             finally:
@@ -149,17 +173,18 @@ def _target(svc: dict[str, Any], traces: dict[str, Trace], harness: ReplicaHarne
                   lambda: harness.endpoints(ns, name))
 
 
-def _watch(stack: Stack, load: Replay, traces: dict[str, Trace], duration: float,
-           speed: float, console: Console, samples: list[timeline.Sample]) -> None:
+def _watch(stack: Stack, load: Replay, traces: dict[str, Trace], replay_s: float,
+           total_s: float, speed: float, console: Console,
+           samples: list[timeline.Sample]) -> None:
     """Start the replay and sample every service once a second into ``samples`` (kept if
-    interrupted) until ``duration`` has passed."""
+    interrupted) until ``total_s`` has passed: the replay, then a quiet cool-down."""
     arrivals = {svc: [r.t for r in tr.requests] for svc, tr in traces.items()}
     names = ", ".join(f"{svc} <- {tr.name}" for svc, tr in traces.items())
     latest: dict[str, timeline.Sample] = {}
     stop = threading.Event()
 
     def header(elapsed: float) -> view.Header:
-        return view.Header(elapsed, duration, speed, names)
+        return view.Header(elapsed, replay_s, total_s, speed, names)
 
     with Live(view.render([], header(0.0)), console=console, refresh_per_second=2,
               transient=False) as live:
@@ -179,9 +204,9 @@ def _watch(stack: Stack, load: Replay, traces: dict[str, Trace], duration: float
                 samples.append(s)
                 latest[key] = s
             live.update(view.render(list(latest.values()), header(elapsed)))
-            if elapsed >= duration:
+            if elapsed >= total_s:
                 break
-            stop.wait(min(SAMPLE_INTERVAL_S, max(0.0, duration - elapsed)))
+            stop.wait(min(SAMPLE_INTERVAL_S, max(0.0, total_s - elapsed)))
 
 
 def _keep(stack: Stack, console: Console) -> None:
@@ -211,6 +236,7 @@ def _report(out: Path, samples: Sequence[timeline.Sample], traces: dict[str, Tra
         "interrupted": interrupted,
         "speed": opts.speed,
         "duration_s": duration,
+        "cool_down_s": scenario.COOL_DOWN_S,
         "traces": {svc: {"name": tr.name, "requests": len(tr.requests),
                          "rate_factor": tr.rate_factor, "notes": list(tr.notes)}
                    for svc, tr in traces.items()},

@@ -17,6 +17,9 @@ OPERATOR_NAMESPACE = "slo-system"
 RELEASE = "slo-operator"
 
 DEFAULT_SPEED = 20.0  # trace seconds per wall second
+# After the replay the demo keeps watching, without load, for longer than the tenants'
+# scale-down stabilization (30 s), so that the operator's scale-in shows.
+COOL_DOWN_S = 45.0
 # Requests/s are averaged over this many wall seconds for the "load" column and plot.
 LOAD_WINDOW_S = 5.0
 

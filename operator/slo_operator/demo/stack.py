@@ -97,7 +97,10 @@ class Stack:
                 self.console.print(f"[yellow]stopping {name} failed: {e}[/]")
         if self.cluster.logs_dir.is_dir():
             # Component logs (operator included) stay with the run's results.
-            self.cluster.save_logs("logs", root=self.out_dir)
+            dest = self.cluster.save_logs("logs", root=self.out_dir)
+            for log in self.workdir.rglob("*.log"):
+                if log.parent != self.cluster.logs_dir:
+                    shutil.copy2(log, dest / log.name)
         self.cluster.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -146,7 +149,7 @@ class Stack:
         with self.timings.phase("chart", self.console,
                                 f"Installed the Helm chart {CHART.name} into {OPERATOR_NAMESPACE}"):
             c.helm("install", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
-                   "--create-namespace", "--set", f"reconcileInterval={RECONCILE_INTERVAL_S:g}")
+                   "--create-namespace")
             for crd in ("inferenceservices", "slopolicies"):
                 c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           f"crd/{crd}.{GROUP}")

@@ -20,10 +20,10 @@ _SLO_STYLE = {C.SLO_MET: "green", C.SLO_MISSED: "bold red", C.AWAITING_METRICS: 
 @dataclass(frozen=True)
 class Header:
     elapsed: float  # wall seconds since the replay started
-    duration: float  # wall seconds the replay lasts
+    replay: float  # wall seconds the replay lasts
+    total: float  # wall seconds the demo watches (the replay, then a cool-down without load)
     speed: float  # trace seconds per wall second
     traces: str  # e.g. "tenant-chat/chat <- azure-conv, tenant-code/code <- azure-code"
-    notes: tuple[str, ...] = ()  # what is not running (and why)
 
 
 def _num(v: float | int | None, fmt: str = "{:.0f}") -> str:
@@ -76,18 +76,18 @@ def services_table(latest: Sequence[Sample]) -> Table:
 
 def render(latest: Sequence[Sample], header: Header) -> RenderableType:
     """Header, progress through the replay and the services table."""
-    done = min(1.0, header.elapsed / header.duration) if header.duration > 0 else 1.0
+    done = min(1.0, header.elapsed / header.total) if header.total > 0 else 1.0
     bar_width = 30
     filled = round(done * bar_width)
+    phase = ("replaying" if header.elapsed < header.replay
+             else "cool-down: no load, watch the scale-in")
     title = Text.assemble(
         ("slo-operator demo", "bold"),
-        f"  {format_duration(header.elapsed)} / {format_duration(header.duration)}  ",
+        f"  {format_duration(header.elapsed)} / {format_duration(header.total)}  ",
         ("█" * filled + "░" * (bar_width - filled), "cyan"),
-        f"  trace time x{header.speed:g} (1 s here = {header.speed:g} s of trace)",
+        f"  {phase}; trace time x{header.speed:g} (1 s here = {header.speed:g} s of trace)",
     )
-    lines: list[RenderableType] = [Text(header.traces, style="dim")]
-    lines += [Text(n, style="yellow") for n in header.notes]
-    lines.append(services_table(latest))
+    lines: list[RenderableType] = [Text(header.traces, style="dim"), services_table(latest)]
     return Panel(Group(*lines), title=title, title_align="left")
 
 

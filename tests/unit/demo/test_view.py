@@ -30,7 +30,8 @@ def make(**kw: object) -> Sample:
 
 
 def test_row_shows_load_replicas_limit_latencies_state_and_decision() -> None:
-    out = text_of(render([make()], Header(30.0, 120.0, 20.0, "tenant-chat/chat <- azure-conv")))
+    out = text_of(render([make()], Header(30.0, 120.0, 165.0, 20.0,
+                                          "tenant-chat/chat <- azure-conv")))
     for want in ("tenant-chat/chat", "H100", "7.2 (6.5)", "2/3", "48", "7200 / 6000",
                  "310 / 500", "0.12 / 0.20", C.SLO_MISSED, "ScaleOut: P99 7200 ms above 6000 ms",
                  "x20", "azure-conv"):
@@ -44,9 +45,9 @@ def test_value_above_target_is_red_and_within_is_green() -> None:
     assert isinstance(missing, Text) and missing.plain == "- / 6000"
 
 
-def test_header_lists_what_is_not_running() -> None:
-    out = text_of(render([], Header(0.0, 60.0, 10.0, "x", notes=("replica models missing",))))
-    assert "replica models missing" in out
+def test_header_says_when_the_replay_is_over() -> None:
+    assert "replaying" in text_of(render([], Header(59.0, 60.0, 105.0, 10.0, "x")))
+    assert "cool-down" in text_of(render([], Header(61.0, 60.0, 105.0, 10.0, "x")))
 
 
 def test_summary_table_has_the_counts() -> None:
