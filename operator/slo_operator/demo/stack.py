@@ -73,6 +73,12 @@ class Stack:
         self.operator_kubeconfig: Path | None = None
         self.prometheus_url: str | None = None
         self._cleanups: list[tuple[str, Callable[[], None]]] = []
+        # kubectl and helm keep discovery caches and settings under $HOME; point them into
+        # the work directory so that nothing outlives the run.
+        tools = {"KUBECACHEDIR": "kube-cache", "HELM_CACHE_HOME": "helm/cache",
+                 "HELM_CONFIG_HOME": "helm/config", "HELM_DATA_HOME": "helm/data"}
+        self._saved_env = {k: os.environ.get(k) for k in tools}
+        os.environ.update({k: str(self.workdir / v) for k, v in tools.items()})
 
     # ----- lifecycle ------------------------------------------------------------------
 
@@ -102,6 +108,11 @@ class Stack:
                 if log.parent != self.cluster.logs_dir:
                     shutil.copy2(log, dest / log.name)
         self.cluster.stop()
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ----- phases ---------------------------------------------------------------------
