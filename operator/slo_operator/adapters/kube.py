@@ -122,6 +122,7 @@ def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
 
 
 def obj_key(body: Mapping[str, Any]) -> ObjKey:
+    """(namespace, name) of an object."""
     meta = body.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
 

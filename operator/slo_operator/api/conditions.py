@@ -77,6 +77,8 @@ NORMAL_EVENT_TYPES = frozenset(
 
 @dataclass(frozen=True)
 class Cond:
+    """A condition as the reconciler decides it (status None means Unknown)."""
+
     type: str
     status: bool | None
     reason: str
@@ -88,6 +90,7 @@ class Cond:
 
 
 def rfc3339(now: datetime) -> str:
+    """``now`` as an RFC 3339 UTC timestamp, second precision."""
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

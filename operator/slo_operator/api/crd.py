@@ -116,6 +116,7 @@ def _materialized_default(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A pydantic model as a structural OpenAPI v3.0 schema."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
     schema: dict[str, Any] = _inline(raw, defs)
@@ -192,6 +193,7 @@ def _crd(
 
 
 def inference_service_crd() -> dict[str, Any]:
+    """The InferenceService CustomResourceDefinition."""
     columns: list[dict[str, Any]] = [
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
@@ -229,6 +231,7 @@ def inference_service_crd() -> dict[str, Any]:
 
 
 def slo_policy_crd() -> dict[str, Any]:
+    """The SLOPolicy CustomResourceDefinition."""
     columns: list[dict[str, Any]] = [
         {"name": "P99ms", "type": "integer", "jsonPath": ".spec.objectives.e2eLatencyP99Ms"},
         {"name": "TTFTms", "type": "integer", "jsonPath": ".spec.objectives.ttftP95Ms"},
@@ -253,6 +256,7 @@ def slo_policy_crd() -> dict[str, Any]:
 
 
 def all_crds() -> list[dict[str, Any]]:
+    """Both CustomResourceDefinitions."""
     return [inference_service_crd(), slo_policy_crd()]
 
 

@@ -106,6 +106,7 @@ def cudagraph_capture_sizes(max_seqs: int) -> tuple[int, ...]:
 
 
 def default_max_num_batched_tokens(hw: HardwareClass) -> int:
+    """vLLM's API-server default chunked-prefill budget for a GPU class."""
     if hw.memory_gib >= LARGE_GPU_GIB and not hw.product.upper().startswith("A100"):
         return BATCHED_TOKENS_LARGE_GPU
     return BATCHED_TOKENS_OTHER

@@ -27,6 +27,8 @@ SIZE_TOLERANCE = 1.5
 
 @dataclass(frozen=True)
 class NodeProfile:
+    """One measured node profile: GPU, model shape and size, context, FP8 verdict, knees."""
+
     source: str
     device: str
     product: str

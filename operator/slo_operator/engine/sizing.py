@@ -76,6 +76,8 @@ _WEIGHT_OVERHEAD = {2.0: 1.02, 1.0: 1.10, 0.5: 1.25}
 
 @dataclass(frozen=True)
 class ModelShape:
+    """Layers, KV heads and head size of a model (estimated when not given)."""
+
     num_layers: int
     num_kv_heads: int
     head_dim: int
@@ -113,6 +115,7 @@ def model_shape(
 
 
 def checkpoint_bytes_per_param(method: str) -> float | None:
+    """Bytes per weight of a quantized checkpoint method; None if unknown."""
     return _CHECKPOINT_BYTES.get(method.strip().lower())
 
 
@@ -141,11 +144,14 @@ def kv_bytes_per_token_per_gpu(shape: ModelShape, tp: int, kv_bytes: float) -> f
 
 
 def overhead_gib(tp: int) -> float:
+    """Memory per GPU outside weights and KV cache (activations, CUDA graphs)."""
     return BASE_OVERHEAD_GIB + (TP_OVERHEAD_GIB if tp > 1 else 0.0)
 
 
 @dataclass(frozen=True)
 class Fit:
+    """Whether a model fits a tensor-parallel size, and the memory it leaves for KV."""
+
     tp: int
     weight_gib_per_gpu: float
     kv_gib_per_gpu: float

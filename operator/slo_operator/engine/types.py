@@ -38,6 +38,8 @@ class ModelFacts:
 
 @dataclass(frozen=True)
 class EnginePrefs:
+    """What the user and the policy ask of the engine."""
+
     precision: Precision = "auto"
     kv_cache_dtype: KvCacheDtype = "auto"
     tensor_parallel_size: int | None = None

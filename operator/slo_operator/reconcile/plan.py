@@ -130,6 +130,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class ServicePlan:
+    """The chosen pool, engine settings and render input for one service."""
+
     pool: Pool
     engine: EnginePlan
     render: RenderInput
@@ -138,6 +140,7 @@ class ServicePlan:
 
 
 def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
+    """The engine planner's view of spec.model."""
     m = spec.model
     return ModelFacts(
         name=m.name,
@@ -153,6 +156,7 @@ def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
 
 
 def engine_prefs(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> EnginePrefs:
+    """The engine planner's view of spec.engine and the policy."""
     e = spec.engine
     return EnginePrefs(
         precision=e.precision,

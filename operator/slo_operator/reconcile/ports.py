@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 
 class KubeWriter(Protocol):
+    """Writes to the API server (the adapter) or to memory (tests)."""
+
     def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side apply of one rendered object."""
 

@@ -68,6 +68,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Settings:
+    """Operator-wide settings the reconciler needs."""
+
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
     profiles: tuple[NodeProfile, ...] = ()
 

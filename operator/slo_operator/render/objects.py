@@ -120,6 +120,7 @@ def _instance_name(inp: RenderInput) -> str:
 
 
 def selector_labels(inp: RenderInput) -> dict[str, str]:
+    """Labels that select the service's pods (Deployment, Service, PDB)."""
     return {
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/instance": service_label(inp.name),
@@ -128,6 +129,7 @@ def selector_labels(inp: RenderInput) -> dict[str, str]:
 
 
 def common_labels(inp: RenderInput) -> dict[str, str]:
+    """Labels on every object and pod of the service: selector, tenant, policy, GPU."""
     labels = {
         **selector_labels(inp),
         "app.kubernetes.io/component": "inference",
@@ -143,6 +145,7 @@ def common_labels(inp: RenderInput) -> dict[str, str]:
 
 
 def owner_reference(inp: RenderInput) -> dict[str, Any]:
+    """The controller reference to the InferenceService (garbage collection)."""
     return {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
@@ -340,6 +343,7 @@ def _inject_container(inp: RenderInput) -> dict[str, Any]:
 
 
 def build_deployment(inp: RenderInput) -> dict[str, Any]:
+    """The vLLM Deployment: launcher, gateway, GPU resources, pool affinity."""
     labels = common_labels(inp)
     pod_spec: dict[str, Any] = {
         "initContainers": [_inject_container(inp)],
@@ -409,6 +413,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
 
 
 def build_service(inp: RenderInput) -> dict[str, Any]:
+    """The Service in front of the pods' gateway port."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -423,6 +428,7 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
 
 
 def build_pdb(inp: RenderInput) -> dict[str, Any]:
+    """The PodDisruptionBudget: one replica at a time during drains."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -442,4 +448,5 @@ def live_limit_patch(limit: int) -> dict[str, Any]:
 
 
 def build_all(inp: RenderInput) -> list[dict[str, Any]]:
+    """Every object the operator applies for one service, Deployment first."""
     return [build_deployment(inp), build_service(inp), build_pdb(inp)]
