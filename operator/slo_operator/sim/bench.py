@@ -5,16 +5,19 @@ Workloads (traces from ``slo_operator/data/traces``, factors stated in the repor
 * ``azure-code,azure-conv``: the Azure 2023 code and conversation hours replayed together
   as two tenants (two services), code x4 and conversation x6 in rate.
 * ``servegen-day``: ServeGen m-large day 0 (a day of 10-minute rates), busiest window
-  scaled to 30 req/s, time compressed x8 (the day in 3 h), Gamma arrivals (CV 1.2),
+  scaled to 80 req/s, time compressed x8 (the day in 3 h), Gamma arrivals (CV 1.2),
   lengths from the Azure conversation trace.
-* ``ramp``: llm-d's 2 -> 10 -> 1 req/s ramp, x5 in rate (10 -> 50 -> 5 req/s), Poisson,
+* ``ramp``: llm-d's 2 -> 10 -> 1 req/s ramp, x10 in rate (20 -> 100 -> 10 req/s), Poisson,
   conversation lengths.
 
 All replicas: Llama-3.1-8B in BF16 on one H200 (``profiles/h200-llama-3.1-8b-ctx1024``),
 ``--max-num-seqs 256``, ``--max-num-batched-tokens 2048``, cold start from the step model
-(about 62 s), at most 16 replicas per service. Tuning (rate factors, targets, sweeps) was
-done on the Azure hour; ServeGen's day and the ramp were held out: their settings were
-fixed before their first run and not changed after.
+(about 62 s), at most 16 replicas per service. Targets, sweeps and rate factors were
+chosen on the Azure hour; ServeGen's day and the ramp were held out. One change was made to
+them after their first run: their rates were raised (ServeGen peak 30 -> 80 req/s, ramp
+x5 -> x10) because at the first rates their peak needed only 3-4 replicas, too coarse to
+compare savings with llm-d's 8-replica experiment; no target, policy or simulator constant
+was changed for them.
 """
 
 from __future__ import annotations
@@ -84,11 +87,11 @@ def workload(key: str, target_set: str = "strict", seed: int = 0) -> Workload:
                            T.azure("azure-conv", rate_scale=6, seed=seed)])
         return Workload(key, tr, (tenant("azure-code", "code"), tenant("azure-conv", "chat")))
     if key == "servegen-day":
-        tr = T.servegen_day("m-large", 0, peak_rate=30.0, time_compression=8.0, seed=seed,
+        tr = T.servegen_day("m-large", 0, peak_rate=80.0, time_compression=8.0, seed=seed,
                             tenant="servegen")
         return Workload(key, tr, (tenant("servegen", "chat"),))
     if key == "ramp":
-        tr = T.ramp(rate_scale=5.0, seed=seed)
+        tr = T.ramp(rate_scale=10.0, seed=seed)
         return Workload(key, tr, (tenant("ramp", "chat"),))
     raise ValueError(f"trace: unknown workload {key!r}; known: {', '.join(TRACES)}")
 

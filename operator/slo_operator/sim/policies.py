@@ -324,7 +324,10 @@ class AibrixApa:
             return Action()
         cur = max(1, ctx.svc.desired)
         ready = max(1, len(ctx.svc.ready()))
-        want = apa_desired(cur, (s.running + s.waiting) / ready, self.target)
+        # N is the ready pods the metric was averaged over (replicas still starting would
+        # otherwise compound the ratio every period of a cold start).
+        want = max(apa_desired(ready, (s.running + s.waiting) / ready, self.target),
+                   min(cur, ready))
         if want > cur:
             self._last_up = now
         elif want < cur and now - self._last_up < self.down_delay_s:
@@ -352,10 +355,14 @@ def dynamo_replicas(rate: float, isl: float, osl: float, model: StepModel, ttft_
     return math.ceil(rate * isl / prefill_tps + rate * osl / decode_tps)
 
 
+DYNAMO_MAX_CORRECTION = 4.0
+
+
 @dataclass
 class DynamoPlanner:
     """Dynamo's throughput-based planner: every 180 s, the next interval's load predicted
-    by the last interval's (constant predictor), replicas from profiled throughput."""
+    by the last interval's (constant predictor), replicas from profiled throughput, the
+    load scaled by the prefill correction factor (mean TTFT observed / profiled, 1..4)."""
 
     period_s: float = 180.0
     name: str = "dynamo-planner"
@@ -367,7 +374,14 @@ class DynamoPlanner:
             return Action()
         isl = (scr.rate(n, "prompt_tokens", now, self.period_s) or 0.0) / rate if rate else 0
         osl = (scr.rate(n, "gen_tokens", now, self.period_s) or 0.0) / rate if rate else 0
-        want = dynamo_replicas(rate, isl, osl, ctx.model, ctx.objectives.ttft_p95_ms,
+        # Correction factor (observed over profiled latency, as the planner computes it):
+        # queueing the throughput profile cannot see inflates the load it plans for.
+        ttft = scr.mean(n, "ttft", now, self.period_s)
+        expected = ctx.model.prefill_ms(int(isl)) / 1e3 if isl else None
+        corr = 1.0
+        if ttft is not None and expected:
+            corr = min(DYNAMO_MAX_CORRECTION, max(1.0, ttft / expected))
+        want = dynamo_replicas(rate * corr, isl, osl, ctx.model, ctx.objectives.ttft_p95_ms,
                                ctx.objectives.itl_p99_ms, ctx.svc.budget)
         return Action(clamp(want, ctx))
 

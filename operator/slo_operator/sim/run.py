@@ -229,8 +229,9 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
             if act.replicas is not None:
                 ctx.svc.set_replicas(act.replicas, now)
 
-        # Policies start after the first scrape, like a controller after its first query.
-        sim.every(pol.period_s, tick, start=min(pol.period_s, scrape_s) + 0.5)
+        # The trace starts on an empty system: policies start once a whole window of
+        # metrics exists (earlier reads undercount requests still in flight).
+        sim.every(pol.period_s, tick, start=window_s + 0.5)
     end = trace.duration
     sim.run(trace.requests, lambda r: services[r.tenant], end + tail_s, progress)
     tenants = {}
