@@ -7,6 +7,7 @@ it. Status goes through the ``/status`` subresource only.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -18,7 +19,14 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
+from slo_operator.api.cluster import (
+    ApiRejected,
+    DeploymentObs,
+    NodeInfo,
+    ObjKey,
+    PodObs,
+    Snapshot,
+)
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.render.names import ANNOTATION_SERVICE_NAME
 from slo_runtime.contract import (
@@ -121,6 +129,16 @@ def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
     return (str(meta.get("namespace", "")), str(owner)) if owner else None
 
 
+def api_message(e: ApiException) -> str:
+    """The API server's message from an error reply (a Status object), else its reason."""
+    try:
+        body = json.loads(e.body) if e.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    msg = body.get("message") if isinstance(body, dict) else None
+    return str(msg or f"{e.status} {e.reason}")[:1024]
+
+
 def obj_key(body: Mapping[str, Any]) -> ObjKey:
     """(namespace, name) of an object."""
     meta = body.get("metadata") or {}
@@ -192,16 +210,22 @@ class Kube:
     # ------------------------------------------------------------------ writes
 
     def apply(self, obj: Mapping[str, Any]) -> None:
-        """Server-side apply; force, since this manager is the owner of what it renders."""
+        """Server-side apply; force, since this manager is the owner of what it renders.
+        A refusal (422 invalid, 409, 403, 5xx) raises ``ApiRejected`` with the API
+        server's own message, which names the offending field."""
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
-            resource,
-            body=dict(obj),
-            name=obj["metadata"]["name"],
-            namespace=obj["metadata"].get("namespace"),
-            field_manager=FIELD_MANAGER,
-            force_conflicts=True,
-        )
+        try:
+            self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
+                resource,
+                body=dict(obj),
+                name=obj["metadata"]["name"],
+                namespace=obj["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        except ApiException as e:
+            raise ApiRejected(str(obj["kind"]), str(obj["metadata"]["name"]),
+                              int(e.status or 0), api_message(e)) from e
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch one pod's metadata (the live-limit annotation); a pod that is gone

@@ -75,3 +75,14 @@ class Snapshot:
     def pods_of(self, namespace: str, service: str) -> Sequence[PodObs]:
         """The service's live pods."""
         return self.pods.get((namespace, service), ())
+
+
+class ApiRejected(Exception):
+    """The API server refused a write (4xx/5xx); ``message`` is its own, naming the field."""
+
+    def __init__(self, kind: str, name: str, status: int, message: str) -> None:
+        super().__init__(f"{kind} {name}: {message}")
+        self.kind = kind
+        self.name = name
+        self.status = status
+        self.message = message

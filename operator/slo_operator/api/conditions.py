@@ -38,6 +38,7 @@ NO_MATCHING_NODES = "NoMatchingNodes"  # HardwareResolved=False, Ready=False: no
 HARDWARE_FOUND = "HardwareFound"  # HardwareResolved=True: a known GPU pool was chosen
 UNKNOWN_GPU = "UnknownGPUProduct"  # HardwareResolved=True (conservative) or False (bad name)
 ENGINE_INFEASIBLE = "EngineInfeasible"  # Ready=False: the model cannot run on the pool
+APPLY_FAILED = "ApplyFailed"  # Ready=False: the API server refused an object (message: why)
 # Rollout
 AVAILABLE = "Available"  # Ready=True: every desired replica is ready
 ROLLING_OUT = "RollingOut"  # Progressing=True: replicas are being created or replaced

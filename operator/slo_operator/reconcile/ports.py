@@ -19,7 +19,7 @@ class KubeWriter(Protocol):
     """Writes to the API server (the adapter) or to memory (tests)."""
 
     def apply(self, obj: Mapping[str, Any]) -> None:
-        """Server-side apply of one rendered object."""
+        """Server-side apply of one rendered object; raises ``ApiRejected`` on refusal."""
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch one pod's metadata."""
@@ -53,6 +53,9 @@ class AppliedCache:
 
     ttl: float = 600.0
     entries: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    # key -> (digest, retry not before, attempts, message) of objects the API server refused.
+    rejected: dict[tuple[str, str, str], tuple[str, float, int, str]] = field(
+        default_factory=dict)
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -65,7 +68,25 @@ class AppliedCache:
         return entry is not None and entry[0] == digest(obj) and now - entry[1] < self.ttl
 
     def remember(self, obj: Mapping[str, Any], now: float) -> None:
+        """``obj`` was applied at ``now``."""
         self.entries[self.key(obj)] = (digest(obj), now)
+        self.rejected.pop(self.key(obj), None)
+
+    def backoff(self, obj: Mapping[str, Any], now: float) -> str | None:
+        """The API server's last refusal of this very object while its back-off runs."""
+        entry = self.rejected.get(self.key(obj))
+        if entry is None or entry[0] != digest(obj) or now >= entry[1]:
+            return None
+        return entry[3]
+
+    def reject(self, obj: Mapping[str, Any], now: float, message: str) -> float:
+        """Record a refusal; returns the back-off (30 s, doubling, at most 10 min)."""
+        old = self.rejected.get(self.key(obj))
+        attempts = old[2] + 1 if old is not None and old[0] == digest(obj) else 1
+        delay = min(30.0 * float(2 ** (attempts - 1)), 600.0)
+        self.rejected[self.key(obj)] = (digest(obj), now + delay, attempts, message)
+        return delay
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
+        """Apply this object again on the next reconcile."""
         self.entries.pop((kind, namespace, name), None)

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
-from slo_operator.api.cluster import Snapshot
+from slo_operator.api.cluster import ApiRejected, Snapshot
 from slo_operator.api.conditions import Cond, merge_conditions, rfc3339, transitions
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import (
@@ -169,11 +169,27 @@ def reconcile_service_sync(
     dep = snap.deployment(namespace, name)
     if dep is None or dep.spec_replicas != replicas:
         applied.forget("Deployment", namespace, instance_name(name))
+    new.hardware = plan.hardware_status
+    new.engine_args = list(eng.args)
+    new.engine_notes = list(plan.notes)
     stamp = now.timestamp()
     for obj in build_all(plan.render):
         if applied.fresh(obj, stamp):
             continue
-        kube.apply(obj)
+        refused = applied.backoff(obj, stamp)
+        if refused is None:
+            try:
+                kube.apply(obj)
+            except ApiRejected as e:
+                refused = str(e)
+                outcome.retry_after = applied.reject(obj, stamp, refused)
+        if refused is not None:
+            # Nothing else is touched: the replicas that run keep serving, the status says
+            # what the API server refused, and the same object is not re-sent until the
+            # back-off ends or the rendering changes.
+            conds.append(Cond(C.READY, False, C.APPLY_FAILED, refused))
+            outcome.retry_after = outcome.retry_after or 30
+            return _report(kube, body, old_status, new, conds, now, outcome)
         applied.remember(obj, stamp)
         outcome.applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
 
@@ -186,9 +202,6 @@ def reconcile_service_sync(
     new.desired_replicas = replicas
     new.replicas = dep.replicas if dep else 0
     new.ready_replicas = dep.ready_replicas if dep else 0
-    new.hardware = plan.hardware_status
-    new.engine_args = list(eng.args)
-    new.engine_notes = list(plan.notes)
     new.batch_limit = limit
     events: list[EventSpec] = []
     if update is not None:

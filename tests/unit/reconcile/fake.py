@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from slo_operator.api.cluster import ApiRejected
+
 
 @dataclass
 class FakeKube:
@@ -18,9 +20,14 @@ class FakeKube:
     pod_patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     statuses: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+    refuse: dict[str, str] = field(default_factory=dict)  # kind -> the API server's message
 
     def apply(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
+        self.attempts.append((obj["kind"], meta["name"]))
+        if obj["kind"] in self.refuse:
+            raise ApiRejected(obj["kind"], meta["name"], 422, self.refuse[obj["kind"]])
         self.objects[(obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(dict(obj))
         self.applies.append((obj["kind"], meta["name"]))
 

@@ -187,3 +187,33 @@ def test_live_limit_by_mode(mode: str, state_limit: int | None, pods: tuple[PodO
     dep = kube.objects[("Deployment", NS, "chat-vllm")]
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert ANNOTATION_INFLIGHT_LIMIT not in annotations
+
+
+def test_a_refused_object_is_a_condition_one_event_and_a_back_off() -> None:
+    applied = AppliedCache()
+    snap = make_snapshot(dep=READY_DEP, pods=RUNNING)
+    message = 'Service "chat" is invalid: spec.ports[0].port: Invalid value: 0'
+    kube = FakeKube(refuse={"Service": message})
+    out = reconcile_service_sync(kube, make_isvc(), snap, NOW, Settings(), applied)
+    ready = next(c for c in out.status["conditions"] if c["type"] == C.READY)
+    assert (ready["status"], ready["reason"]) == ("False", C.APPLY_FAILED)
+    assert "spec.ports[0].port" in ready["message"] and "Service chat" in ready["message"]
+    assert [(t, r) for t, r, _ in kube.events if r == C.APPLY_FAILED] == [
+        ("Warning", C.APPLY_FAILED)]
+    assert out.retry_after == 30
+    assert out.status["hardware"]["product"]  # what was planned is still reported
+
+    # Within the back-off the same object is not sent again, and nothing is re-announced.
+    body = make_isvc(status=out.status)
+    again = FakeKube(refuse={"Service": message})
+    reconcile_service_sync(again, body, snap, NOW + timedelta(seconds=10), Settings(), applied)
+    assert ("Service", "chat") not in again.attempts
+    assert again.events == [] and again.statuses == []
+
+    # After it, the object is tried again; accepted, the service recovers.
+    fixed = FakeKube()
+    out = reconcile_service_sync(fixed, body, snap, NOW + timedelta(seconds=31), Settings(),
+                                 applied)
+    assert ("Service", "chat") in fixed.applies
+    ready = next(c for c in out.status["conditions"] if c["type"] == C.READY)
+    assert ready["reason"] != C.APPLY_FAILED
