@@ -34,16 +34,27 @@ from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATION
 CORRECTION_MIN = 0.9  # with TARGET_UTILIZATION 0.8: never plan replicas beyond ~90% busy
 CORRECTION_MAX = 3.0
 CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
-CORRECTION_DECAY = 0.95  # per cycle, while latency is well inside its targets
-RELAXED_ERROR = 0.6  # latency error below which the correction decays
+CORRECTION_DECAY = 0.99  # per cycle, while latency is well inside its targets
+RELAXED_ERROR = 0.7  # latency error below which the correction decays
 # Speed learning from warm, saturated replicas.
 SPEED_ALPHA = 0.3
 SPEED_MIN, SPEED_MAX = 0.33, 3.0
 SATURATED_SHARE = 0.5  # replicas count as saturated from this share of the batch limit
+# Share of the scale-down window the recommendation history must span to be trusted.
+HISTORY_COVERAGE = 0.9
+# Request shape smoothing: a window of SHAPE_REQUESTS requests moves the mean halfway.
+SHAPE_REQUESTS = 100.0
+SHAPE_ALPHA_MIN, SHAPE_ALPHA_MAX = 0.05, 0.5
+# A burst: the rate rose from at most this share of its peak within a cold start.
+BURST_RISE = 0.5
+# Burst noise: quantile of successive rate differences, and its value in deviations.
+NOISE_QUANTILE = 0.75
+NOISE_SCALE = 1.627
 # Live limit moves.
 LIMIT_DOWN_FACTOR = 0.75
 LIMIT_UP_FACTOR = 1.5
-LIMIT_MIN_CHANGE = 0.1  # relative change below which the limit is left alone
+LIMIT_MIN_CHANGE = 0.1  # relative change below which a latency-driven move is skipped
+LIMIT_MODEL_CHANGE = 0.25  # relative change below which a model-driven move is skipped
 ITL_HEADROOM = 0.8  # raise the limit only while inter-token latency is below this share
 
 
@@ -91,11 +102,13 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     running = max(0.0, sig.running or 0.0)
     idle = lam == 0.0 and waiting == 0.0 and running == 0.0
 
-    # Request shape: live means, else the last seen ones, else defaults.
-    prompt = _per_request(sig.prompt_tokens_rate, lam) or state.prompt_tokens \
+    # Request shape: live means smoothed by how many requests they stand for (a window
+    # with a single request says little), else the last seen ones, else defaults.
+    weight = max(SHAPE_ALPHA_MIN, min(SHAPE_ALPHA_MAX, lam * policy.window_s / SHAPE_REQUESTS))
+    prompt = _smooth(state.prompt_tokens, _per_request(sig.prompt_tokens_rate, lam), weight) \
         or DEFAULT_PROMPT_TOKENS
-    output = _per_request(sig.generation_tokens_rate, lam) or state.output_tokens \
-        or DEFAULT_OUTPUT_TOKENS
+    output = _smooth(state.output_tokens, _per_request(sig.generation_tokens_rate, lam),
+                     weight) or DEFAULT_OUTPUT_TOKENS
 
     seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware)
     key = f"{obs.hardware}/{obs.precision}"
@@ -118,8 +131,17 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
 
     # The batch limit first: the replicas are sized at the batch they will really run.
+    # The limit guards the per-step objective (inter-token latency) only: the e2e budget
+    # sizes the replicas (each runs about b* sequences at the planned load), and capping
+    # admission at it would turn a little e2e slack into a queue and a TTFT miss.
+    step_batch = ceiling
+    if policy.itl_target_ms is not None:
+        step_batch = replica_capacity(
+            st, prompt_tokens=prompt, output_tokens=output,
+            itl_budget=LATENCY_MARGIN * policy.itl_target_ms, min_batch=floor,
+            max_batch=ceiling).batch
     limit, bias, limit_reason, limit_message = _batch_limit(
-        obs, policy, state, now, cap, ratios, waiting, cur, in_flight, floor, ceiling)
+        obs, policy, state, now, step_batch, ratios, waiting, cur, in_flight, floor, ceiling)
     plan_batch = min(cap.batch, limit)
     per_replica = rate_at_batch(st, plan_batch, prompt, output)
 
@@ -132,7 +154,10 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         arrivals = max(0.0, arrivals + (waiting - state.last_waiting) / (now - state.last_time))
     rates = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
     rates = (*rates, (now, arrivals))[-MAX_RATES:]
-    burst = policy.burst_k * _noise([r for _, r in rates])
+    # Burst headroom: new replicas arrive a cold start late, so plan for the noise around
+    # the current level and for the highest burst of the lookback, whichever is more.
+    peak = _burst_peak(rates, policy.cold_start_s + policy.window_s)
+    burst = max(policy.burst_k * _noise([r for _, r in rates]), peak - arrivals)
     # The queue must drain after the replicas asked for now arrive (a cold start later).
     backlog = waiting / max(policy.backlog_drain_s + policy.cold_start_s, 1.0)
     demand = 0.0 if idle else arrivals + burst + backlog
@@ -172,9 +197,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     recs = (*recs, (now, rec))[-MAX_RECOMMENDATIONS:]
     up_floor = min(n for t, n in recs if now - t <= policy.scale_up_stabilization_s)
     down_ceiling = max(n for t, n in recs if now - t <= policy.scale_down_stabilization_s)
-    if not state.recommendations:
-        # No history (new service, or status lost): the current replicas count as the
-        # window's wish, so the first scale-down still waits a whole window.
+    covered = state.recommendations and \
+        now - state.recommendations[0][0] >= HISTORY_COVERAGE * policy.scale_down_stabilization_s
+    if not covered:
+        # History shorter than the window (new service, or status lost): the current
+        # replicas count as the window's wish, so the first scale-down waits a whole window.
         down_ceiling = max(down_ceiling, cur)
     target = cur
     if target < up_floor:
@@ -315,6 +342,14 @@ def _bring_up(obs: Observation, policy: ControlPolicy, state: ControlState,
 
 
 # --- model pieces -------------------------------------------------------------------------
+def _smooth(old: float | None, new: float | None, weight: float) -> float | None:
+    if new is None:
+        return old
+    if old is None:
+        return new
+    return old + weight * (new - old)
+
+
 def _per_request(token_rate: float | None, lam: float) -> float | None:
     if token_rate is None or lam <= 0 or not math.isfinite(token_rate):
         return None
@@ -375,12 +410,12 @@ def _correct(correction: float, err: float | None, settling: bool) -> float:
 
 
 def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
-                 cap: Capacity, ratios: dict[str, float], waiting: float, cur: int,
+                 step_batch: int, ratios: dict[str, float], waiting: float, cur: int,
                  in_flight: bool, floor: int, ceiling: int) -> tuple[int, float, str | None, str]:
     current = obs.batch_limit
     if policy.batching_mode == "off":
         return current, state.limit_bias, None, ""
-    base = max(floor, min(ceiling, cap.batch))
+    base = max(floor, min(ceiling, step_batch))
     bias = state.limit_bias
     # Only a measured inter-token latency against its own target lowers the limit: an
     # e2e miss is as often queueing (replicas' job) as slow decoding.
@@ -408,37 +443,60 @@ def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, n
         big = proposal >= 2 * current or proposal * 2 <= current
         due = last_change is None or now - last_change >= policy.restart_interval_s
         move = out_of_range or (big and due)
-    else:
+    elif why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
+        # A latency miss: move now, in small steps.
         big = abs(proposal - current) >= max(1.0, LIMIT_MIN_CHANGE * current)
         due = last_change is None or now - last_change >= policy.limit_interval_s
+        move = out_of_range or (big and due)
+    else:
+        # The model's batch drifting with the request shape, or a way back: move only for
+        # a clear change and at most once a window, so the limit does not chase noise.
+        big = abs(proposal - current) >= max(2.0, LIMIT_MODEL_CHANGE * current)
+        due = last_change is None or now - last_change >= policy.window_s
         move = out_of_range or (big and due)
     if not move or proposal == current:
         return current, bias, None, ""
     if why is None:
-        why = R.LIMIT_LOWERED if proposal < current else R.LIMIT_RAISED
+        why = R.LIMIT_RESIZED
     detail = {
         R.LIMIT_LOWERED: "inter-token latency over target",
         R.LIMIT_RAISED: "requests queue while replicas are short",
         R.LIMIT_RESTORED: "latency back inside targets",
+        R.LIMIT_RESIZED: "the model's batch for the current request shape moved",
     }[why]
     return proposal, bias, why, (
-        f"in-flight limit {current} -> {proposal} ({detail}; model batch {cap.batch}, "
+        f"in-flight limit {current} -> {proposal} ({detail}; model batch {step_batch}, "
         f"range {floor}..{ceiling})")
 
 
-def _noise(xs: list[float]) -> float:
-    """Standard deviation of the rate's noise around its trend, robust to level shifts.
+def _burst_peak(rates: tuple[tuple[float, float], ...], horizon: float) -> float:
+    """Highest rate of the lookback reached by a burst: from at most half of it within
+    ``horizon`` (a cold start and a window), faster than new replicas can follow.
 
-    From the median absolute successive difference: for Gaussian noise of deviation s,
-    |x[i+1] - x[i]| has median 0.954 s; a single step in the level moves one difference
-    only, so a ramp or a step is not mistaken for burstiness.
+    A smooth ramp never qualifies, so a falling ramp is not held up; a step up qualifies
+    but equals the new level while it lasts; bursty arrivals keep their peaks planned for
+    the whole lookback.
+    """
+    peak = 0.0
+    for i, (t, r) in enumerate(rates):
+        low = min(x for u, x in rates[: i + 1] if t - u <= horizon)
+        if r > peak and low <= BURST_RISE * r:
+            peak = r
+    return peak
+
+
+def _noise(xs: list[float]) -> float:
+    """Deviation of the rate around its trend, from its successive jumps.
+
+    The upper quartile of the absolute successive differences: for Gaussian noise of
+    deviation s it is 1.627 s. A single step in the level, or a smooth ramp, moves few
+    differences and so is not mistaken for burstiness; a rate that keeps jumping (bursty
+    arrivals) moves most of them.
     """
     if len(xs) < 4:
         return 0.0
     diffs = sorted(abs(b - a) for a, b in itertools.pairwise(xs))
-    mid = len(diffs) // 2
-    median = diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
-    return median / 0.954
+    return diffs[min(len(diffs) - 1, int(NOISE_QUANTILE * len(diffs)))] / NOISE_SCALE
 
 
 def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float | None,

@@ -21,6 +21,7 @@ WAITING_FOR_REPLICAS = "WaitingForReplicas"  # capacity already asked for is sti
 LIMIT_LOWERED = "LimitLowered"  # in-flight limit cut: inter-token latency over target
 LIMIT_RAISED = "LimitRaised"  # in-flight limit raised: queueing while replicas are not there
 LIMIT_RESTORED = "LimitRestored"  # in-flight limit back toward the model's batch
+LIMIT_RESIZED = "LimitResized"  # the model's batch moved with the request shape
 NO_TRAFFIC = "NoTraffic"  # no request in the window: fewest replicas after stabilization
 SCALED_TO_ZERO_REASON = SCALED_TO_ZERO  # idle for a whole window with scaleToZero
 

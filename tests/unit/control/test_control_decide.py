@@ -188,3 +188,52 @@ def test_infeasible_target_is_reported_and_not_chased() -> None:
     assert d.limited_reason == R.TARGET_INFEASIBLE
     assert d.state.correction <= 1.0  # the e2e error does not inflate the replica need
     assert d.replicas == 2
+
+
+def rates(values: list[float], step: float = 20.0) -> tuple[tuple[float, float], ...]:
+    """Arrival-rate samples ending one step before T0."""
+    n = len(values)
+    return tuple((T0 - (n - i) * step, v) for i, v in enumerate(values))
+
+
+def test_bursty_arrivals_keep_their_peak_planned() -> None:
+    """Bursts rising faster than a cold start keep capacity for the peak (Azure code)."""
+    bursty = [1, 1, 40, 38, 2, 1, 1, 42, 3, 1, 1, 1]
+    d = decide(make_obs(desired=3, rate=2.0), make_policy(),
+               make_state(rates=rates(bursty), recommendations=history(3, since=T0 - 600)), T0)
+    assert d.need is not None and d.need > 0.9 * 42 / PER_REPLICA  # planned for the peak
+    assert d.replicas >= 2
+
+
+def test_a_falling_ramp_is_not_held_up() -> None:
+    """A smooth ramp down is not a burst: the plan follows the current rate."""
+    ramp = [60 - 4 * i for i in range(12)]
+    d = decide(make_obs(desired=3, rate=12.0), make_policy(),
+               make_state(rates=rates(ramp), recommendations=history(3, since=T0 - 600)), T0)
+    assert d.need is not None and d.need < 1.0
+
+
+def test_a_window_with_one_request_barely_moves_the_request_shape() -> None:
+    state = make_state(prompt_tokens=500.0, output_tokens=200.0,
+                       recommendations=history(2, since=T0 - 600))
+    d = decide(make_obs(desired=2, rate=1 / 60, prompt=8000.0, output=10.0), make_policy(),
+               state, T0)
+    assert d.state.prompt_tokens is not None and d.state.prompt_tokens < 1000.0
+
+
+def test_short_history_still_waits_a_whole_window_before_scale_in() -> None:
+    """A restarted history (two minutes of low wishes) is not a whole scale-down window."""
+    state = make_state(recommendations=history(1, since=T0 - 120))
+    d = decide(make_obs(desired=4, rate=5.0), make_policy(), state, T0)
+    assert (d.replicas, d.reason) == (4, R.STABILIZING)
+
+
+def test_limit_does_not_chase_small_model_moves() -> None:
+    """The ITL-guard batch drifting a little with the request shape leaves the limit alone."""
+    pol = make_policy(itl_target_ms=30.0, max_batch=256)
+    first = decide(make_obs(desired=2, rate=20.0, batch_limit=64, max_batch=256), pol,
+                   make_state(recommendations=SETTLED), T0)
+    moved = first.batch_limit
+    again = decide(make_obs(desired=2, rate=20.0, batch_limit=moved, max_batch=256,
+                            prompt=560.0), pol, first.state, T0 + 20)
+    assert again.batch_limit == moved and again.limit_reason is None
