@@ -1,0 +1,184 @@
+"""Hostile documents against the real API server (server-side dry run).
+
+A sample of the documents ``tests/unit/test_hostile_inputs.py`` generates goes to the API
+server twice: the InferenceService and SLOPolicy themselves (accepted, or refused with the
+CRD's schema or CEL message), and what ``slo-operator render`` prints for them, applied the
+way the operator applies it (server-side apply), into a namespace that enforces PodSecurity
+``restricted``. Whatever render accepts, the API server must accept; never a 5xx, never a
+traceback. The in-process property test covers thousands of documents; this sample is kept
+to a few hundred so it stays quick on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from tests.integration.operator_support import install_crds
+from tests.support.cluster import LocalCluster
+from tests.unit.test_hostile_inputs import (
+    RENDER_TARGET,
+    _node_label_files,
+    documents,
+    render_docs,
+)
+
+from slo_operator.render.names import ANNOTATION_SERVICE_NAME
+
+SAMPLE = int(os.environ.get("SLO_HOSTILE_SAMPLE", "200"))
+MANAGER = "slo-operator"
+
+
+@pytest.fixture(scope="module")
+def api(cluster: LocalCluster) -> Iterator[DynamicClient]:
+    install_crds(cluster)
+    client = cluster.api_client()
+    yield DynamicClient(client)  # type: ignore[no-untyped-call]
+    client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="module")
+def restricted_ns(cluster: LocalCluster) -> Iterator[str]:
+    """A namespace that enforces PodSecurity restricted, with its default ServiceAccount."""
+    name = cluster.create_namespace(labels={
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest"})
+    cluster.wait_for(
+        lambda: _exists(lambda: cluster.core.read_namespaced_service_account("default", name)),
+        timeout=60, desc=f"ServiceAccount {name}/default")
+    yield name
+    cluster.core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def label_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return _node_label_files(tmp_path_factory.mktemp("nodes"))
+
+
+def _exists(read: Any) -> bool:
+    try:
+        read()
+        return True
+    except ApiException:
+        return False
+
+
+def _dry_apply(api: DynamicClient, obj: dict[str, Any], namespace: str) -> ApiException | None:
+    """Server-side apply with dryRun=All; the refusal, if any."""
+    body = {**obj, "metadata": {**obj.get("metadata", {}), "namespace": namespace}}
+    resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    try:
+        api.server_side_apply(  # type: ignore[no-untyped-call]
+            resource, body=body, name=body["metadata"]["name"], namespace=namespace,
+            field_manager=MANAGER, force_conflicts=True, dry_run="All")
+    except ApiException as err:
+        return err
+    return None
+
+
+def _dry_create(api: DynamicClient, obj: dict[str, Any], namespace: str) -> ApiException | None:
+    """Create with dryRun=All, as `kubectl apply` does for a new object; the refusal."""
+    body = {**obj, "metadata": {**obj.get("metadata", {}), "namespace": namespace}}
+    resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    try:
+        api.create(resource, body=body, namespace=namespace,  # type: ignore[no-untyped-call]
+                   dry_run="All")
+    except ApiException as err:
+        return err
+    return None
+
+
+def _pod_from(deployment: dict[str, Any]) -> dict[str, Any]:
+    tmpl = deployment["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": deployment["metadata"]["name"], **{
+                k: v for k, v in tmpl["metadata"].items() if k != "name"}},
+            "spec": tmpl["spec"]}
+
+
+@settings(max_examples=SAMPLE, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(docs=documents(), target=RENDER_TARGET)
+def test_what_render_accepts_the_api_server_accepts(
+    api: DynamicClient, restricted_ns: str, label_files: list[str], docs: list[Any],
+    target: list[Any],
+) -> None:
+    # The custom resources themselves, as `kubectl apply` creates them: accepted, or
+    # refused by the schema/CEL with a message, never a server error. (Server-side apply
+    # answers a value of the wrong type with a 500 "failed to create typed patch object"
+    # naming the field: the API server's behaviour, so the documents go through create.)
+    for doc in docs:
+        if not isinstance(doc.get("metadata"), dict) or not isinstance(
+                doc["metadata"].get("name"), str) or not doc["metadata"]["name"]:
+            continue  # no name to send; the API would need generateName
+        err = _dry_create(api, doc, restricted_ns)
+        if err is not None:
+            assert err.status is not None and 400 <= err.status < 500, err
+            assert err.body, err
+
+    status, _, objects = render_docs(docs, target, label_files)
+    if status != 0:
+        return
+    for obj in objects:
+        err = _dry_apply(api, obj, restricted_ns)
+        assert err is None, f"{obj['kind']} refused: {err and err.body}\n{yaml.safe_dump(docs)}"
+    # PodSecurity is enforced on Pods, not Deployments: admit the template as a Pod.
+    err = _dry_apply(api, _pod_from(objects[0]), restricted_ns)
+    assert err is None, f"pod refused: {err and err.body}\n{yaml.safe_dump(docs)}"
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "a" * 253, "8b.chat"])
+def test_natural_and_long_names_render_to_objects_the_api_accepts(
+    api: DynamicClient, restricted_ns: str, label_files: list[str], name: str
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama-8b-h100.yaml"
+    policy, svc = yaml.safe_load_all(example.read_text())
+    svc["metadata"]["name"] = name
+    policy["metadata"]["name"] = svc["spec"]["sloPolicyRef"]["name"] = "p." + "q" * 250
+    for doc in (policy, svc):
+        assert _dry_create(api, doc, restricted_ns) is None
+    status, output, objects = render_docs([policy, svc], [], label_files)
+    assert status == 0, output
+    for obj in objects:
+        assert obj["metadata"]["annotations"][ANNOTATION_SERVICE_NAME] == name
+        err = _dry_apply(api, obj, restricted_ns)
+        assert err is None, err and err.body
+
+
+@pytest.mark.parametrize(
+    ("patch", "want"),
+    [
+        pytest.param({"hardware": {"tolerations": [{"key": "", "operator": "Equal",
+                                                    "value": "x"}]}},
+                     "an empty key needs operator Exists", id="empty-key-equal"),
+        pytest.param({"hardware": {"tolerations": [{"key": "k", "operator": "Exists",
+                                                    "value": "x"}]}},
+                     "operator Exists takes no value", id="exists-with-value"),
+        pytest.param({"hardware": {"tolerations": [{"key": "k", "tolerationSeconds": 5}]}},
+                     "tolerationSeconds needs effect NoExecute", id="seconds-without-noexecute"),
+        pytest.param({"engine": {"env": [{"name": "A"}, {"name": "A"}]}},
+                     "each name may appear once", id="env-repeated"),
+        pytest.param({"engine": {"env": [{"name": "PYTHONPATH", "value": "/x"}]}},
+                     "are set by the operator", id="env-operator-owned"),
+        pytest.param({"model": {"name": "--trust-remote-code", "sizeBillions": 8}},
+                     "spec.model.name", id="model-name-is-a-flag"),
+    ],
+)
+def test_crd_refuses_what_the_pod_api_would(
+    api: DynamicClient, restricted_ns: str, patch: dict[str, Any], want: str
+) -> None:
+    svc: dict[str, Any] = {
+        "apiVersion": "inference.slo-operator.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "bad"},
+        "spec": {"model": {"name": "org/m", "sizeBillions": 8}, **patch}}
+    err = _dry_create(api, svc, restricted_ns)
+    assert err is not None and err.status == 422, err
+    assert want in str(err.body), err.body
+
