@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,9 +45,13 @@ class QueryError:
 class PrometheusAdapter:
     """Instant queries against one Prometheus, each in a thread with a timeout."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0,
+                 on_query: Callable[[str, float, bool], None] | None = None) -> None:
+        """``on_query(name, seconds, ok)`` is called after every query (the operator's
+        own metrics); the adapter itself knows no metrics registry."""
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.on_query = on_query
         # One quick retry on a refused connection; a longer back-off would stall the pass
         # while Prometheus is down, and the next pass retries anyway.
         retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504))
@@ -76,12 +81,16 @@ class PrometheusAdapter:
         names: Sequence[str] = list(queries)
 
         async def one(name: str) -> Result:
+            start = time.monotonic()
+            result: Result = None
             try:
-                return await asyncio.wait_for(
+                result = await asyncio.wait_for(
                     asyncio.to_thread(self.query, name, queries[name], at), self.timeout + 1)
             except TimeoutError:
                 self.last_error = QueryError(name, f"no answer within {self.timeout:g}s")
-                return None
+            if self.on_query is not None:
+                self.on_query(name, time.monotonic() - start, result is not None)
+            return result
 
         results = await asyncio.gather(*(one(n) for n in names))
         return dict(zip(names, results, strict=True))

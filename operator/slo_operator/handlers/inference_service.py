@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -16,10 +17,12 @@ from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.service import Outcome, reconcile_service
 from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.ship.metrics import METRICS
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
+KIND = "InferenceService"
 
 
 async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot,
@@ -32,9 +35,21 @@ async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot,
         # Start from the status this operator last wrote when the cache has not caught up
         # yet, so concurrent triggers never report the same transition twice.
         latest = ctx.statuses.latest(body)
-        outcome = await reconcile_service(
-            ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied, update
-        )
+        start = time.monotonic()
+        try:
+            outcome = await reconcile_service(
+                ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied, update
+            )
+        except Exception as e:
+            METRICS.reconciles.labels(KIND, "error").inc()
+            METRICS.errors.labels(KIND, type(e).__name__).inc()
+            raise
+        finally:
+            METRICS.reconcile_duration.labels(KIND).observe(time.monotonic() - start)
+        METRICS.reconciles.labels(KIND, "ok").inc()
+        for ev in outcome.events:
+            if ev.type == "Warning":
+                METRICS.errors.labels(KIND, ev.reason).inc()
         ctx.statuses.remember(latest, outcome.status)
     if outcome.applied:
         log.info("Applied for InferenceService %s/%s: %s", meta["namespace"], meta["name"],

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +24,7 @@ from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.reconcile.loop import observe_and_decide
 from slo_operator.reconcile.policy import reconcile_policy
+from slo_operator.ship.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +46,42 @@ async def run_pass(memo: kopf.Memo) -> int:
             updates = await observe_and_decide(ctx.metrics, snap, now)
         except Exception:  # a bug in one pass's decisions must not stop reconciling
             log.exception("Failed the SLO decisions of a pass; services hold")
+    pending = 0
     for svc in snap.services.values():
         meta = svc["metadata"]
         key = ServiceKey(meta["namespace"], meta["name"])
+        update = updates.get(key)
         try:
-            writes += len((await refresh(svc, memo, snap, updates.get(key))).applied)
+            outcome = await refresh(svc, memo, snap, update)
         except Exception:  # one service's failure must not stop the others
+            pending += 1
             log.exception("Failed to reconcile InferenceService %s/%s",
                           meta["namespace"], meta["name"])
+            continue
+        writes += len(outcome.applied)
+        pending += bool(outcome.retry_after or outcome.permanent_error)
+        if update is not None:
+            direction = decision_direction(svc.get("status") or {}, outcome.status)
+            METRICS.decisions.labels(direction, update.reason).inc()
     for pol in snap.policies.values():
+        start = time.monotonic()
         await reconcile_policy(ctx.kube, pol, now, snap.services.values())
+        METRICS.reconciles.labels("SLOPolicy", "ok").inc()
+        METRICS.reconcile_duration.labels("SLOPolicy").observe(time.monotonic() - start)
+    METRICS.managed.set(len(snap.services))
+    METRICS.pending.set(pending)
     return writes
+
+
+def decision_direction(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """What an applied decision did: scale_up, scale_down, batch_up, batch_down or hold."""
+    before, after = old.get("desiredReplicas"), new.get("desiredReplicas")
+    if isinstance(before, int) and isinstance(after, int) and after != before:
+        return "scale_up" if after > before else "scale_down"
+    before, after = old.get("batchLimit"), new.get("batchLimit")
+    if isinstance(before, int) and isinstance(after, int) and after != before:
+        return "batch_up" if after > before else "batch_down"
+    return "hold"
 
 
 async def _loop(memo: kopf.Memo) -> None:

@@ -19,6 +19,7 @@ from slo_operator.engine.profiles import load_profiles
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
+from slo_operator.ship.metrics import METRICS
 
 
 def _env_float(name: str, default: float) -> float:
@@ -111,6 +112,12 @@ def context(memo: Any) -> Context:
     return ctx
 
 
+def _record_query(signal: str, seconds: float, ok: bool) -> None:
+    METRICS.query_duration.labels(signal).observe(seconds)
+    if not ok:
+        METRICS.query_errors.labels(signal).inc()
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Kopf's bookkeeping lives in status, not annotations, so the objects users keep
@@ -140,7 +147,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         kube=Kube(api),
         loop=loop,
         applied=AppliedCache(ttl=loop.apply_ttl),
-        metrics=(PrometheusAdapter(loop.prometheus_url, loop.prometheus_timeout)
+        metrics=(PrometheusAdapter(loop.prometheus_url, loop.prometheus_timeout,
+                                   on_query=_record_query)
                  if loop.prometheus_url else None),
         settings=Settings(
             runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image),

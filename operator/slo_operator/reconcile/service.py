@@ -64,6 +64,7 @@ class Outcome:
     retry_after: float | None = None
     permanent_error: str | None = None
     applied: list[str] = field(default_factory=list)
+    events: list[EventSpec] = field(default_factory=list)  # Events posted by this reconcile
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ def _report(
         kube.patch_status("InferenceService", meta["namespace"], meta["name"], status)
     for ev in [*actions, *choose_events(transitions(old.conditions, new.conditions))]:
         kube.event(body, ev.type, ev.reason, ev.message, now)
+        outcome.events.append(ev)
     return outcome
 
 

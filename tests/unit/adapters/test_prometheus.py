@@ -55,9 +55,12 @@ def prometheus() -> Iterator[str]:
 
 
 def test_results_by_name_and_failures_as_none(prometheus: str) -> None:
-    prom = PrometheusAdapter(prometheus, timeout=5)
+    seen: list[tuple[str, bool]] = []
+    prom = PrometheusAdapter(prometheus, timeout=5,
+                             on_query=lambda name, _s, ok: seen.append((name, ok)))
     got = asyncio.run(prom.run({"a": "good", "b": "broken", "c": "garbage"}, at=1234.5))
     assert got == {"a": SERIES, "b": None, "c": None}
+    assert sorted(seen) == [("a", True), ("b", False), ("c", False)]
     assert prom.last_error is not None
     # Every query is evaluated at the pass's time, so the signals are of one instant.
     assert {q["time"][0] for q in _Handler.seen} == {"1234.500"}
