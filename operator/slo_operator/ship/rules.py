@@ -129,6 +129,11 @@ def rule_groups(ref: PolicyRef, spec: SLOPolicySpec) -> list[dict[str, Any]]:
             "expr": sig.expr(selector, duration(window_s)),
             "labels": {**labels, **sig.labels},
         })
+    # Jitter from the decode-time histogram recorded just above (rules run in order).
+    rules.append({
+        "record": signals.JITTER,
+        "expr": signals.jitter_expr(mine, signals.DECODE_BUCKETS),
+    })
     # Targets as series beside the signals, so dashboards draw "P99 against target" from
     # Prometheus alone; count() keeps one series per service even when the signal is NaN.
     by = "namespace, service, policy, tenant"

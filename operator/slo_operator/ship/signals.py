@@ -8,11 +8,13 @@ preferred; vLLM's own histograms are the fallback where the gateway is not in th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slo_operator.api.models import SLOPolicySpec
 from slo_operator.slo import promql
+from slo_runtime import contract
 
 BY = "namespace, service"
 
@@ -44,13 +46,62 @@ def _quantile(q: float, metrics: Sequence[str]) -> Callable[[str, str], str]:
     return expr
 
 
-def _jitter(sel: str, window: str) -> str:
-    # Service instability, not demand: coefficient of variation of the per-service decode
-    # rate (generated tokens per running request and second), sampled every 10s in the window.
-    rate = (f"(sum by ({BY}) (rate(vllm:generation_tokens_total{{{sel}}}[30s]))"
-            f" / sum by ({BY}) (vllm:num_requests_running{{{sel}}} > 0))")
-    return (f"stddev_over_time({rate}[{window}:10s])\n/\n"
-            f"avg_over_time({rate}[{window}:10s])")
+# Both decode sources (per-request time per output token, inter-token latency) share
+# vLLM's inter-token buckets; the jitter rule needs them spelled out.
+DECODE_BUCKETS = contract.HISTOGRAM_BUCKETS[contract.TIME_PER_OUTPUT_TOKEN]
+assert all(contract.HISTOGRAM_BUCKETS.get(n) == DECODE_BUCKETS
+           for n in _names(promql.DECODE_SOURCES) if n in contract.HISTOGRAM_BUCKETS)
+DECODE_RATE = "slo_operator:decode_seconds_bucket:rate"
+DECODE_MEAN = "slo_operator:decode_seconds:mean"
+
+
+def _first_with_traffic(parts: Sequence[tuple[str, str]]) -> str:
+    # Like the loop (slo.signals): a source counts only where it saw requests finish.
+    return "\nor\n".join(f"({expr} and on ({BY}) ({count} > 0))" for expr, count in parts)
+
+
+def _decode_rate(sel: str, window: str) -> str:
+    return _first_with_traffic([
+        (f"sum by ({BY}, le) (rate({name}_bucket{{{sel}}}[{window}]))",
+         f"sum by ({BY}) (rate({name}_count{{{sel}}}[{window}]))")
+        for name in _names(promql.DECODE_SOURCES)])
+
+
+def _decode_mean(sel: str, window: str) -> str:
+    return _first_with_traffic([
+        (f"sum by ({BY}) (rate({name}_sum{{{sel}}}[{window}]))"
+         f" / sum by ({BY}) (rate({name}_count{{{sel}}}[{window}]))",
+         f"sum by ({BY}) (rate({name}_count{{{sel}}}[{window}]))")
+        for name in _names(promql.DECODE_SOURCES)])
+
+
+def _le_matcher(bound: float) -> str:
+    # Prometheus 2 keeps the client's "1.0"; Prometheus 3 normalises it to "1".
+    text = f"{bound:g}".replace(".", "\\\\.")
+    return f'le=~"{text}(\\\\.0)?"' if float(bound).is_integer() else f'le=~"{text}"'
+
+
+def jitter_expr(policy_matcher: str, bounds: Sequence[float]) -> str:
+    """Lower bound of the decode-time CV, from recorded bucket rates and mean.
+
+    The same estimate as the loop (``slo.histogram.cv_lower_bound``): every observation in
+    bucket ``(lo, hi]`` is at least its distance from the mean to that interval away from
+    the mean, so coarse buckets read as no spread rather than an invented one.
+    """
+    rate = f"{DECODE_RATE}{{{policy_matcher},"
+    mean = f"{DECODE_MEAN}{{{policy_matcher}}}"
+    edges = [0.0, *bounds]
+    terms = []
+    for lo, hi in zip(edges, [*bounds, math.inf], strict=True):
+        upper = f'{rate}le="+Inf"}}' if math.isinf(hi) else f"{rate}{_le_matcher(hi)}}}"
+        count = (f"sum without (le) ({upper})" if lo == 0 else
+                 f"sum without (le) ({upper} - ignoring (le) {rate}{_le_matcher(lo)}}})")
+        dist = f"clamp_min({lo:g} - {mean}, 0)"
+        if not math.isinf(hi):
+            dist += f" + clamp_min({mean} - {hi:g}, 0)"
+        terms.append(f"{count} * ({dist}) ^ 2")
+    total = f'sum without (le) ({rate}le="+Inf"}})'
+    return "sqrt((\n  " + "\n+ ".join(terms) + f"\n) / {total}) / {mean}"
 
 
 def _request_rate(sel: str, window: str) -> str:
@@ -92,7 +143,8 @@ def recorded(spec: SLOPolicySpec) -> list[Signal]:
                {"quantile": f"{o.e2e_percentile:g}"}),
         Signal("ttft", TTFT, _quantile(o.ttft_percentile, _names(promql.TTFT_SOURCES)),
                {"quantile": f"{o.ttft_percentile:g}"}),
-        Signal("jitter", JITTER, _jitter),
+        Signal("decode_rate", DECODE_RATE, _decode_rate),
+        Signal("decode_mean", DECODE_MEAN, _decode_mean),
         Signal("request_rate", REQUEST_RATE, _request_rate),
     ]
     if o.inter_token_latency_ms is not None:

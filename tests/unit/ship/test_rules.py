@@ -7,6 +7,7 @@ ticket, a short blip and healthy traffic stay silent.
 
 from __future__ import annotations
 
+import math
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,8 @@ from tests.unit.ship.tools import promtool
 
 from slo_operator.api.models import SLOPolicySpec
 from slo_operator.cli import main
-from slo_operator.ship import rules
+from slo_operator.ship import rules, signals
+from slo_operator.slo import histogram as loop_histogram
 
 NS, SVC = "team-a", "llama"
 
@@ -246,17 +248,28 @@ def test_promtool_test_rules_fire_and_stay_silent(tmp_path: Path) -> None:
         })
     # Every objective on its own makes a window bad; the gateway wins over vLLM's histograms.
     labels = f'namespace="{NS}",service="{SVC}"'
-    steady = [{"series": f"vllm:num_requests_running{{{labels}}}", "values": "8+0x40"}]
-    tokens_steady = [{"series": f"vllm:generation_tokens_total{{{labels}}}",
-                      "values": "0+1500x40"}]
-    tokens_jumpy = [{"series": f"vllm:generation_tokens_total{{{labels}}}",
-                     "values": cumulative([0] + [3000 if i % 4 < 2 else 10
-                                                 for i in range(40)])}]
+    decode = "vllm:request_time_per_output_token_seconds"
+
+    def decode_hist(values: list[float], steps: int = 40) -> list[dict[str, str]]:
+        """A decode-time histogram observing ``values`` every scrape (le as the client
+        writes it, "1.0"; Prometheus 3 would store "1": the rules match both)."""
+        out = []
+        for le in [*signals.DECODE_BUCKETS, math.inf]:
+            n = sum(v <= le for v in values)
+            name = "+Inf" if math.isinf(le) else repr(float(le))
+            out.append({"series": f'{decode}_bucket{{{labels},le="{name}"}}',
+                        "values": f"0+{n}x{steps}"})
+        out.append({"series": f"{decode}_sum{{{labels}}}", "values": f"0+{sum(values):g}x{steps}"})
+        out.append({"series": f"{decode}_count{{{labels}}}", "values": f"0+{len(values)}x{steps}"})
+        return out
+
+    steady_decode = decode_hist([0.02] * 20)
+    jumpy_decode = decode_hist([0.005] * 10 + [0.9] * 10)
     itl_bad = histogram("vllm:inter_token_latency_seconds", labels, ["0.05", "0.2", "+Inf"],
                         bad(10), "0.05")
     window_cases = [
-        ("every-objective-met", traffic(good(10)) + steady + tokens_steady, "0"),
-        ("jitter-alone", traffic(good(10)) + steady + tokens_jumpy, "1"),
+        ("every-objective-met", traffic(good(10)) + steady_decode, "0"),
+        ("jitter-alone", traffic(good(10)) + jumpy_decode, "1"),
         ("inter-token-latency-alone", traffic(good(10)) + itl_bad, "1"),
         ("gateway-good-wins-over-vllm-bad",
          traffic(good(10), source="slo_gateway_") + traffic(bad(10)), "0"),
@@ -270,6 +283,22 @@ def test_promtool_test_rules_fire_and_stay_silent(tmp_path: Path) -> None:
                                            f'tenant="{NS}"}}', "value": float(want)}],
             }],
         })
+    # The rule's jitter is the loop's own estimate (slo.histogram.cv_lower_bound).
+    jumpy = [0.005] * 10 + [0.9] * 10
+    cumulative_counts = [(le, float(sum(v <= le for v in jumpy)))
+                         for le in [*signals.DECODE_BUCKETS, math.inf]]
+    want_cv = loop_histogram.cv_lower_bound(cumulative_counts, sum(jumpy))
+    assert want_cv is not None and want_cv > 0.5
+    tests.append({
+        "name": "jitter-equals-the-loop-estimate", "interval": f"{STEP}s",
+        "input_series": jumpy_decode,
+        "promql_expr_test": [{
+            # Equal up to float rounding (promtool 2.x compares values exactly).
+            "expr": f"abs({signals.JITTER} - {want_cv!r}) < bool 1e-9", "eval_time": "6m",
+            "exp_samples": [{"labels": f'{{{labels},policy="gold",tenant="{NS}"}}',
+                             "value": 1}],
+        }],
+    })
     # Targets are series beside the signals (for dashboards), one per service.
     target_labels = f'{labels},objective="e2e",policy="gold",tenant="{NS}"'
     tests.append({
