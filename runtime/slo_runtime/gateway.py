@@ -390,7 +390,7 @@ class Gateway:
         else:
             body = await request.read()
         try:
-            return await self._forward(request, body, tenant, arrival, stream)
+            return await self._forward(request, body, tenant, arrival, stream, governed)
         finally:
             if governed:
                 self.admission.release()
@@ -402,7 +402,9 @@ class Gateway:
         return _error(status, message, typ)
 
     async def _forward(self, request: web.Request, body: bytes, tenant: str, arrival: float,
-                       stream: bool) -> web.StreamResponse:
+                       stream: bool, observe: bool = False) -> web.StreamResponse:
+        """Proxy one request upstream. ``observe``: count it in the request metrics (only
+        inference requests: probes and metric scrapes would skew the latency SLIs)."""
         assert self.session is not None
         loop = asyncio.get_running_loop()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -436,8 +438,9 @@ class Gateway:
             raise
         else:
             up.release()
-        self.metrics.child("e2e", tenant).observe(loop.time() - arrival)
-        self.metrics.child("requests", tenant, str(up.status)).inc()
+        if observe:
+            self.metrics.child("e2e", tenant).observe(loop.time() - arrival)
+            self.metrics.child("requests", tenant, str(up.status)).inc()
         return resp
 
     async def _relay(self, request: web.Request, up: aiohttp.ClientResponse,

@@ -371,3 +371,24 @@ async def test_engine_metrics_are_forwarded_from_vllm(servers: Servers) -> None:
         text = await r.text()
     assert 'vllm:num_requests_running{engine="0",model_name="fwd"}' in text
     assert "slo_gateway_" not in text
+
+
+async def test_probes_and_scrapes_are_not_counted_as_requests(servers: Servers) -> None:
+    """Only inference requests feed the gateway's latency SLIs, never /health or scrapes."""
+    _, up = await servers.replica()
+    _, gw = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s:
+        for path in ("/health", "/engine/metrics", "/v1/models"):
+            async with s.get(gw + path) as r:
+                assert r.status == 200, path
+        async with s.post(gw + "/v1/completions", json={"prompt": "a", "max_tokens": 2}) as r:
+            assert r.status == 200
+        async with s.get(gw + "/metrics") as r:
+            text = await r.text()
+    counts = {smp.labels.get("code"): smp.value
+              for fam in text_string_to_metric_families(text) for smp in fam.samples
+              if smp.name == "slo_gateway_requests_total"}
+    assert counts == {"200": 1.0}
+    e2e = [smp.value for fam in text_string_to_metric_families(text) for smp in fam.samples
+           if smp.name == "slo_gateway_e2e_request_latency_seconds_count"]
+    assert e2e == [1.0]
