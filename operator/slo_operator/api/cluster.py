@@ -63,6 +63,8 @@ class Snapshot:
     deployments: Mapping[ObjKey, DeploymentObs] = field(default_factory=dict)
     pods: Mapping[ObjKey, Sequence[PodObs]] = field(default_factory=dict)
     nodes: Sequence[NodeInfo] = ()
+    # Values derived once per snapshot (e.g. GPU pools from the nodes) by their users.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The SLOPolicy body, or None when it does not exist."""

@@ -38,7 +38,7 @@ from slo_operator.control import (
     decide,
     policy_for,
 )
-from slo_operator.reconcile.plan import discover_pools, initial_replicas
+from slo_operator.reconcile.plan import initial_replicas, snapshot_pools
 from slo_operator.reconcile.status import (
     SLOUpdate,
     metrics_condition,
@@ -140,7 +140,7 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
 
 def _free_gpus(snap: Snapshot, services: Sequence[ServiceInput]) -> dict[str, int]:
     """GPUs per pool (product) not held by a scheduled replica of an operated service."""
-    free = {p.product: p.total_gpus for p in discover_pools(snap.nodes)}
+    free = {p.product: p.total_gpus for p in snapshot_pools(snap)}
     for s in services:
         hw = s.status.hardware
         if hw is None or not hw.product:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from slo_operator.api import conditions as C
-from slo_operator.api.cluster import NodeInfo
+from slo_operator.api.cluster import NodeInfo, Snapshot
 from slo_operator.api.models import (
     HardwareStatus,
     InferenceServiceSpec,
@@ -83,6 +83,15 @@ def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
             )
         )
     return sorted(pools, key=lambda p: (p.product, p.nodes))
+
+
+def snapshot_pools(snap: Snapshot) -> list[Pool]:
+    """The snapshot's GPU pools, classified once per snapshot (a pass reuses them for
+    every service instead of classifying every node per service)."""
+    pools = snap.memo.get("pools")
+    if pools is None:
+        pools = snap.memo["pools"] = discover_pools(snap.nodes)
+    return list(pools)
 
 
 def pool_from_product(name: str) -> Pool | None:

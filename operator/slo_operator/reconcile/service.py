@@ -34,10 +34,10 @@ from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
     Problem,
     ServicePlan,
-    discover_pools,
     initial_replicas,
     live_limit,
     plan_service,
+    snapshot_pools,
 )
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
 from slo_operator.reconcile.status import (
@@ -140,7 +140,7 @@ def reconcile_service_sync(
         spec=spec,
         policy=policy,
         policy_name=ref or "",
-        pools=discover_pools(snap.nodes),
+        pools=snapshot_pools(snap),
         nodes=snap.nodes,
         replicas=replicas,
         restart_limit=wanted_limit,
