@@ -21,16 +21,28 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from tests.integration.operator_support import install_crds
+from tests.integration.operator_support import (
+    OPERATOR_NS,
+    OperatorProcess,
+    bind_role,
+    chart_cluster_role,
+    conditions,
+    ensure_namespace,
+    install_crds,
+)
 from tests.support.cluster import LocalCluster
 from tests.unit.test_hostile_inputs import (
     RENDER_TARGET,
+    _last_value,
     _node_label_files,
     documents,
     render_docs,
 )
 
-from slo_operator.render.names import ANNOTATION_SERVICE_NAME
+from slo_operator.api.models import GROUP
+from slo_operator.devenv.fleet import GpuNodeType, NodeGroup, fixture_labels
+from slo_operator.render.names import ANNOTATION_SERVICE_NAME, service_label
+from slo_operator.render.objects import service_name
 
 SAMPLE = int(os.environ.get("SLO_HOSTILE_SAMPLE", "200"))
 MANAGER = "slo-operator"
@@ -182,3 +194,100 @@ def test_crd_refuses_what_the_pod_api_would(
     assert err is not None and err.status == 422, err
     assert want in str(err.body), err.body
 
+
+
+# ----------------------------------------------------------------- the operator, for real
+
+def _odd_nodes() -> list[NodeGroup]:
+    """A MIG mixed-strategy H100, a MIG single-strategy A100 (1g.5gb) and a time-sliced T4,
+    labelled exactly as the GPU Operator documents them."""
+    mixed = fixture_labels("NVIDIA-H100-80GB-HBM3 (MIG mixed, all-balanced)")
+    single = fixture_labels("A100-SXM4-40GB-MIG-1g.5gb")
+    t4 = fixture_labels("Tesla-T4-SHARED")
+    return [
+        NodeGroup(GpuNodeType(key="h100-mig-mixed", resource="nvidia.com/gpu", gpus=0,
+                              labels=mixed, extra_allocatable={
+                                  "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1",
+                                  "nvidia.com/mig-3g.40gb": "1"}), 1),
+        NodeGroup(GpuNodeType(key="a100-mig-single", resource="nvidia.com/gpu", gpus=7,
+                              labels=single), 1),
+        NodeGroup(GpuNodeType(key="t4-time-sliced", resource="nvidia.com/gpu", gpus=16,
+                              labels=t4), 1),
+    ]
+
+
+@pytest.fixture(scope="module")
+def odd_operator(cluster: LocalCluster, api: DynamicClient,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    names = cluster.add_nodes(_odd_nodes(), prefix="odd")
+    ensure_namespace(cluster, OPERATOR_NS)
+    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-operator")
+    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
+                         interval=2.0)
+    try:
+        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+        yield op
+    finally:
+        op.stop()
+        logs = op.logs()
+        print(f"\n--- operator log ---\n{logs[-4000:]}")
+        for name in names:  # other suites' services must not land on these pools
+            cluster.core.delete_node(name)
+
+
+def _svc(name: str, *, products: list[str], size: float, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": {"model": {"name": "org/model", "sizeBillions": size, "maxModelLen": 1024},
+                     "hardware": {"gpuProducts": products}, **spec}}
+
+
+def _running(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:
+    pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l",
+                                f"{GROUP}/service={service_label(name)}")["items"]
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def test_natural_long_and_odd_hardware_services_reconcile_to_running_pods(
+    cluster: LocalCluster, odd_operator: OperatorProcess, namespace: str
+) -> None:
+    long_name = "l" * 253
+    services = [
+        _svc("llama-3.1-8b", products=["H100-80GB"], size=8),
+        _svc(long_name, products=["H100-80GB"], size=8),
+        _svc("mig-chat", products=["MIG-1g.10gb"], size=0.5),
+        _svc("mig-single", products=["A100-SXM4-40GB-MIG-1g.5gb"], size=0.5),
+        _svc("shared-t4", products=["T4"], size=0.5),
+    ]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(services))
+    for svc in services:
+        name = svc["metadata"]["name"]
+        cluster.wait_for(lambda n=name: len(_running(cluster, namespace, n)) >= 1,
+                         timeout=120, desc=f"a Running pod of {name[:40]}")
+        # The Service exists under its DNS-safe name and selects the pods.
+        service = cluster.kubectl_json("get", "service", "-n", namespace, service_name(name))
+        assert service["metadata"]["annotations"][ANNOTATION_SERVICE_NAME] == name
+        status = cluster.kubectl_json("get", "infsvc", "-n", namespace, name)["status"]
+        ready = conditions({"status": status})["Ready"]
+        assert ready["status"] == "True" or ready["reason"] != "ApplyFailed", ready
+
+    def pod_of(name: str) -> dict[str, Any]:
+        return _running(cluster, namespace, name)[0]
+
+    def args_of(name: str) -> list[str]:
+        env = pod_of(name)["spec"]["containers"][0]["env"]
+        return list(yaml.safe_load(next(e["value"] for e in env
+                                        if e["name"] == "SLO_ENGINE_ARGS")))
+
+    mig = pod_of("mig-chat")["spec"]["containers"][0]["resources"]["limits"]
+    assert mig == {"nvidia.com/mig-1g.10gb": "1"}  # the slice the device plugin advertises
+    assert _last_value(args_of("mig-chat"), "--tensor-parallel-size") == "1"
+    single = pod_of("mig-single")["spec"]["containers"][0]["resources"]["limits"]
+    assert single == {"nvidia.com/gpu": "1"}  # single strategy: MIG devices as nvidia.com/gpu
+    t4 = args_of("shared-t4")
+    assert _last_value(t4, "--tensor-parallel-size") == "1"
+    assert float(_last_value(t4, "--gpu-memory-utilization")) == pytest.approx(0.225)
+    notes = cluster.kubectl_json("get", "infsvc", "-n", namespace, "shared-t4")["status"][
+        "engineNotes"]
+    assert any("time-sliced 4 ways" in n for n in notes)
+    assert "Traceback" not in odd_operator.logs()
