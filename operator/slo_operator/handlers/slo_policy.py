@@ -21,6 +21,7 @@ RESOURCE = (GROUP, VERSION, "slopolicies")
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 async def on_policy(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    context(memo).ready.set()  # kopf calls handlers only once the indexes are filled
     snap = snapshot(kwargs)
     # The cache may not hold this very revision yet: the handler's body is the newest.
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
