@@ -574,8 +574,7 @@ class HardwareSpec(_Model):
         for key in self.node_selector:
             if not _QUALIFIED_NAME_RE.match(key) or len(key.split("/")[0]) > 253:
                 raise ValueError(
-                    f"spec.hardware.nodeSelector: {key!r} is not a label key such as "
-                    "example.com/zone"
+                    f".nodeSelector: {key!r} is not a label key such as example.com/zone"
                 )
         return self
 
