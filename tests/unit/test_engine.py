@@ -889,3 +889,25 @@ def test_time_sliced_gpu_gets_a_memory_share_and_a_warning() -> None:
     assert plan.engine.gpu_memory_utilization == pytest.approx(0.225)
     assert "--gpu-memory-utilization" in plan.engine.args
     assert any("time-sliced 4 ways" in n for n in plan.notes)
+
+
+def test_errors_name_the_field_the_user_set() -> None:
+    # gpusPerReplica sets the tensor-parallel size; the refusal names it, not the derived field.
+    problem = _plan_on("A100-SXM4-40GB-MIG-1g.5gb", hardware={
+        "gpuProducts": ["A100"], "gpusPerReplica": 2})
+    assert isinstance(problem, Problem), problem
+    assert problem.field == "spec.hardware.gpusPerReplica"
+
+
+def test_time_slicing_with_renamed_resource_requests_the_shared_resource() -> None:
+    # renameByDefault=true keeps the product name and advertises nvidia.com/gpu.shared.
+    labels = {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.product": "Tesla-T4",
+              "nvidia.com/gpu.replicas": "4"}
+    node = NodeInfo("t4", labels, {"nvidia.com/gpu.shared": "16"})
+    spec = InferenceServiceSpec.model_validate({"model": {
+        "name": "m", "sizeBillions": 0.5, "maxModelLen": 1024}})
+    plan = plan_service(name="svc", namespace="ns", uid="", spec=spec, policy=SLOPolicySpec(),
+                        policy_name="", pools=discover_pools([node]), nodes=[node], replicas=1)
+    assert isinstance(plan, ServicePlan), plan
+    assert plan.render.gpu_resource == "nvidia.com/gpu.shared"
+    assert plan.engine.gpu_memory_utilization == pytest.approx(0.225)

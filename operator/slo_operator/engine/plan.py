@@ -471,21 +471,22 @@ def _choose_tp(
 
     if prefs.tensor_parallel_size is not None:
         tp = prefs.tensor_parallel_size
+        src = prefs.tensor_parallel_source
         if tp < 1:
-            raise EngineError(F_TP, f"must be at least 1, got {tp}")
+            raise EngineError(src, f"must be at least 1, got {tp}")
         if tp > gpus_per_node:
             raise EngineError(
-                F_TP, f"{tp} exceeds the {gpus_per_node} GPUs per replica of this pool"
+                src, f"{tp} exceeds the {gpus_per_node} GPUs per replica of this pool"
             )
         if not _heads_ok(model, tp):
             raise EngineError(
-                F_TP,
+                src,
                 f"{tp} does not divide the model's {_heads_text(model)} (KV heads may also "
                 "be a divisor of it)",
             )
         f = at(tp)
         if not f.fits:
-            raise EngineError(F_TP, f"model does not fit: {shortfall(f)}")
+            raise EngineError(src, f"model does not fit: {shortfall(f)}")
         return f
 
     candidates = [tp for tp in _powers_of_two(gpus_per_node) if _heads_ok(model, tp)]
@@ -637,7 +638,8 @@ def plan_engine(
     gmu = _sharing_notes(hw, sharing, prefs, gmu, notes)
     tp_pool = gpus_per_node if sharing.whole else 1
     if not sharing.whole and (prefs.tensor_parallel_size or 1) > 1:
-        raise EngineError(F_TP, f"{prefs.tensor_parallel_size}: {_no_tp_reason(hw, sharing)}")
+        raise EngineError(prefs.tensor_parallel_source,
+                          f"{prefs.tensor_parallel_size}: {_no_tp_reason(hw, sharing)}")
 
     dtype, quantization, bpp, env = _weights(hw, model, prefs, notes)
     kv_dtype, kv_bytes = _kv_cache(hw, prefs, dtype, notes)

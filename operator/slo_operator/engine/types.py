@@ -43,6 +43,8 @@ class EnginePrefs:
     precision: Precision = "auto"
     kv_cache_dtype: KvCacheDtype = "auto"
     tensor_parallel_size: int | None = None
+    # The field the user set the tensor-parallel size with (errors name it).
+    tensor_parallel_source: str = "spec.engine.tensorParallelSize"
     allow_quantization: bool = True
     gpu_memory_utilization: float | None = None
     max_num_batched_tokens: int | None = None

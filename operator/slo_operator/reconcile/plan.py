@@ -73,6 +73,14 @@ def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
     for res, members in grouped.values():
         assert res.hardware is not None
         resource = res.hardware.resource_name
+        shared = f"{resource}.shared"
+        if res.shared and not any(_int(n.allocatable.get(resource)) for n in members) and any(
+            _int(n.allocatable.get(shared)) for n in members
+        ):
+            # Time-slicing with renameByDefault advertises <resource>.shared instead
+            # (NVIDIA GPU Operator, gpu-sharing docs).
+            res = replace(res, hardware=replace(res.hardware, resource_name=shared))
+            resource = shared
         per_node = [_int(n.allocatable.get(resource)) or res.gpus_per_node for n in members]
         pools.append(
             Pool(
@@ -171,6 +179,11 @@ def engine_prefs(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> EnginePre
         precision=e.precision,
         kv_cache_dtype=e.kv_cache_dtype,
         tensor_parallel_size=e.tensor_parallel_size or spec.hardware.gpus_per_replica,
+        tensor_parallel_source=(
+            "spec.hardware.gpusPerReplica"
+            if e.tensor_parallel_size is None and spec.hardware.gpus_per_replica is not None
+            else "spec.engine.tensorParallelSize"
+        ),
         allow_quantization=policy.allow_quantization,
         gpu_memory_utilization=e.gpu_memory_utilization,
         max_num_batched_tokens=e.max_num_batched_tokens,
