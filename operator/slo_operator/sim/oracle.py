@@ -102,15 +102,22 @@ def oracle(workload: Workload, window_s: float = 60.0, rounds: int = 3,
 
 
 def smallest_static(workload: Workload, need: dict[str, list[int]], target: float,
-                    window_s: float = 60.0) -> tuple[dict[str, int], RunResult]:
+                    window_s: float = 60.0, below: int = 3
+                    ) -> tuple[dict[str, int], RunResult, list[tuple[dict[str, int], RunResult]]]:
     """Fewest fixed replicas per tenant reaching ``target`` attainment (from the peak need
-    down while the target holds; up while it does not)."""
+    down while the target holds; up while it does not), and every static run made,
+    including ``below`` smaller clusters (one replica fewer per tenant each) for
+    comparisons at lower attainment."""
     n = {t: max(v) for t, v in need.items()}
     caps = {t.name: t.max_replicas for t in workload.tenants}
 
+    trials: list[tuple[dict[str, int], RunResult]] = []
+
     def run(nn: dict[str, int]) -> RunResult:
-        return simulate(workload, {k: Static(v) for k, v in nn.items()}, label="static",
-                        initial=nn)
+        r = simulate(workload, {k: Static(v) for k, v in nn.items()}, label="static",
+                     initial=nn)
+        trials.append((dict(nn), r))
+        return r
 
     best = run(n)
     # Up first where the peak is not enough, then down per tenant while it still holds.
@@ -129,7 +136,13 @@ def smallest_static(workload: Workload, need: dict[str, list[int]], target: floa
                 n, best = trial, r
             else:
                 break
-    return n, best
+    smaller = dict(n)
+    for _ in range(below):
+        if all(v <= 1 for v in smaller.values()):
+            break
+        smaller = {k: max(1, v - 1) for k, v in smaller.items()}
+        run(smaller)
+    return n, best, trials
 
 
 def with_objectives(workload: Workload, objectives: dict[str, object]) -> Workload:

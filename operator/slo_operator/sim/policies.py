@@ -397,6 +397,7 @@ class Schedule:
     lead_s: float
     period_s: float = 5.0
     name: str = "oracle"
+    foresight: bool = True  # acts from t=0, without waiting for metrics
 
     def want(self, t: float) -> int:
         w0 = int(t // self.window_s)
