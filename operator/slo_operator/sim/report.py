@@ -57,6 +57,25 @@ def _row(label: str, run: RunResult, static: RunResult, orc: RunResult) -> str:
             f"{max(jit) if jit else 0:.2f} |")
 
 
+def _dist(run: RunResult, attr: str, scale: float, nd: int) -> str:
+    """p50 / p90 / max over every tenant's windows of one per-window statistic."""
+    vals = sorted(getattr(w, attr) * scale for t in run.tenants.values() for w in t.windows
+                  if getattr(w, attr) is not None)
+    if not vals:
+        return "-"
+    pick = [vals[int(q * (len(vals) - 1))] for q in (0.5, 0.9)] + [vals[-1]]
+    return " / ".join(f"{v:,.{nd}f}" for v in pick)
+
+
+DIST_HEADER = ("| policy | window P99 e2e ms | window P95 TTFT ms | window P99 ITL ms | "
+               "window jitter |\n|---|---|---|---|---|")
+
+
+def _dist_row(label: str, run: RunResult) -> str:
+    return (f"| {label} | {_dist(run, 'e2e_p99', 1e3, 0)} | {_dist(run, 'ttft_p95', 1e3, 0)} | "
+            f"{_dist(run, 'itl_p99', 1e3, 1)} | {_dist(run, 'jitter', 1.0, 2)} |")
+
+
 HEADER = ("| policy | SLO attainment % (per tenant) | GPU-h | mean replicas | x static | "
           "x oracle | scale actions | limit changes | P99 e2e ms (per tenant) | "
           "P95 TTFT ms (per tenant) | worst tenant's median window P99 ITL ms | "
@@ -206,6 +225,9 @@ def render(results: Sequence[WorkloadResult], out: Path, cpu_s: float) -> Path:
         for e in res.entries:
             if e.routing == "central":
                 lines.append(_row(e.run.policy, e.run, st, orc))
+        lines += ["", "Distributions over 1-minute windows (p50 / p90 / max, all tenants):", "",
+                  DIST_HEADER, _dist_row("oracle", orc), _dist_row("static", st)]
+        lines += [_dist_row(res.best(f).run.policy, res.best(f).run) for f in res.families()]
         lines += ["", "<details><summary>All runs (sweeps)</summary>", "", HEADER]
         for e in res.entries:
             lines.append(_row(e.run.policy + (" (central)" if e.routing == "central" else ""),
