@@ -60,6 +60,14 @@ UNSCHED = PodObs("p-2", "Pending", True, "0/6 nodes are available: 6 Insufficien
                      C.PODS_PENDING, "False", id="pending-other-reason"),
         pytest.param(0, DeploymentObs(0, 0, 0, 3, 3), [], "True", C.SCALED_TO_ZERO, "False",
                      id="scaled-to-zero"),
+        pytest.param(1, None, [], "False", C.NOT_READY, "True",
+                     id="one-wanted-none-seen-is-not-ready"),
+        pytest.param(1, DeploymentObs(2, 1, 1, 3, 3), [UNSCHED], "True", C.INSUFFICIENT_GPUS,
+                     "False", id="ready-while-a-surge-pod-waits-for-gpus"),
+        pytest.param(2, DeploymentObs(2, 2, 2, 4, 3), [], "True", C.AVAILABLE, "True",
+                     id="new-generation-not-observed-yet"),
+        pytest.param(2, DeploymentObs(2, 2, 1, 3, 3), [], "True", C.AVAILABLE, "True",
+                     id="old-replicas-still-serving"),
     ],
 )
 def test_rollout_conditions(desired: int, dep: DeploymentObs | None, pods: list[PodObs],
@@ -68,3 +76,24 @@ def test_rollout_conditions(desired: int, dep: DeploymentObs | None, pods: list[
     assert conds[C.READY].status_str == want_ready
     assert conds[C.READY].reason == want_reason
     assert conds[C.PROGRESSING].status_str == want_progressing
+
+
+def test_rollout_messages_count_ready_replicas_and_quote_the_scheduler() -> None:
+    dep = DeploymentObs(2, 1, 2, 3, 3)
+    ready, progressing = rollout_conditions(2, dep, [UNSCHED], GPU)
+    assert ready.message.startswith("1/2 replicas ready; 1 of 2 replicas cannot be scheduled")
+    assert "(not enough nvidia.com/gpu)" in ready.message and "pod p-2: 0/6 nodes" in ready.message
+    assert progressing.message == ready.message.split("; ", 1)[1]
+    ready, progressing = rollout_conditions(2, DeploymentObs(2, 1, 2, 3, 3), [], GPU)
+    assert ready.message == "1/2 replicas ready"
+    assert progressing.message == "Rolling out: 1/2 replicas ready"
+
+
+def test_unknown_status_is_written_as_unknown() -> None:
+    assert Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS).status_str == "Unknown"
+    assert Cond(C.READY, True, C.AVAILABLE).status_str == "True"
+    assert Cond(C.READY, False, C.NOT_READY).status_str == "False"
+    merged = merge_conditions([], [Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS, "m")], T0, 4)
+    assert (merged[0].status, merged[0].reason, merged[0].message) == (
+        "Unknown", C.AWAITING_METRICS, "m")
+    assert merged[0].observed_generation == 4

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from slo_operator.api import conditions as C
-from slo_operator.api.models import Condition
-from slo_operator.reconcile.status import EventSpec, choose_events, policy_condition
+from slo_operator.api.conditions import Cond
+from slo_operator.api.models import Condition, DecisionRecord
+from slo_operator.api.observe import MetricsState, Signals
+from slo_operator.reconcile.status import (
+    EventSpec,
+    action_events,
+    append_decision,
+    choose_events,
+    metrics_condition,
+    observed_status,
+    policy_condition,
+    scaling_condition,
+    slo_condition,
+)
+from slo_operator.slo.evaluate import Outcome, Verdict
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def cond(ctype: str, status: str, reason: str) -> Condition:
@@ -44,3 +61,88 @@ def test_policy_condition_names_the_field_of_a_bad_policy() -> None:
     policy, c = policy_condition("ns", "gold", {"spec": {"scaling": {"minReplicas": -1}}})
     assert policy is None and c.reason == C.POLICY_INVALID
     assert "scaling.minReplicas" in c.message
+
+
+@pytest.mark.parametrize(
+    ("state", "held", "want_status", "want_reason"),
+    [
+        pytest.param(MetricsState.OK, False, True, C.METRICS_OK, id="ok"),
+        pytest.param(MetricsState.NO_TRAFFIC, False, True, C.NO_TRAFFIC, id="idle-is-fine"),
+        pytest.param(MetricsState.PARTIAL, True, False, C.METRICS_PARTIAL, id="partial"),
+        pytest.param(MetricsState.EMPTY, True, False, C.METRICS_EMPTY, id="empty"),
+        pytest.param(MetricsState.STALE, True, False, C.METRICS_STALE, id="stale"),
+        pytest.param(MetricsState.UNAVAILABLE, True, False, C.METRICS_UNAVAILABLE,
+                     id="prometheus-down"),
+    ],
+)
+def test_metrics_condition(state: MetricsState, held: bool, want_status: bool,
+                           want_reason: str) -> None:
+    c = metrics_condition(Signals(state=state, message="why"), held)
+    assert (c.type, c.status, c.reason) == (C.METRICS_AVAILABLE, want_status, want_reason)
+    assert c.message.startswith("why")
+    assert ("holding the last good" in c.message) is (held and not want_status)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "want"),
+    [
+        pytest.param(Verdict(Outcome.GOOD, message="all met"), (True, C.SLO_MET), id="good"),
+        pytest.param(Verdict(Outcome.BAD, ("e2e",), "e2e 900ms > 800ms"), (False, C.SLO_MISSED),
+                     id="bad"),
+        pytest.param(Verdict(Outcome.UNKNOWN, message="no traffic"),
+                     (None, C.AWAITING_METRICS), id="unknown"),
+    ],
+)
+def test_slo_condition(verdict: Verdict, want: tuple[bool | None, str]) -> None:
+    c = slo_condition(verdict)
+    assert (c.type, c.status, c.reason) == (C.SLO_COMPLIANT, *want)
+    assert c.message == verdict.message
+
+
+def test_scaling_condition() -> None:
+    assert scaling_condition(None, "") == Cond(C.SCALING_LIMITED, False, C.WITHIN_BOUNDS,
+                                               "The decision was not clipped")
+    assert scaling_condition("GPUBudgetExceeded", "budget 8") == Cond(
+        C.SCALING_LIMITED, True, "GPUBudgetExceeded", "budget 8")
+
+
+def test_observed_status_rounds_and_keeps_missing_missing() -> None:
+    sig = Signals(state=MetricsState.OK, e2e_ms=812.3456, ttft_ms=None, jitter=0.123456,
+                  request_rate=12.04, waiting=0.0)
+    obs = observed_status(sig, T0)
+    assert obs.e2e_p99_ms == 812.0 and obs.throughput_cv == 0.123 and obs.request_rate == 12.0
+    assert obs.ttft_ms is None and obs.queue == 0.0
+    assert obs.state == "OK" and obs.time == "2026-01-01T00:00:00Z"
+
+
+def rec(replicas: int, limit: int, reason: str, t: int = 0) -> DecisionRecord:
+    return DecisionRecord(time=f"t{t}", replicas=replicas, batch_limit=limit, reason=reason)
+
+
+def test_decision_history_skips_repeats_and_keeps_ten() -> None:
+    history = [rec(2, 64, "Steady")]
+    assert append_decision(history, rec(2, 64, "Steady", 1)) == history
+    assert len(append_decision(history, rec(3, 64, "LoadIncreased", 1))) == 2
+    assert len(append_decision(history, rec(2, 32, "Steady", 1))) == 2
+    many = [rec(i, 64, "LoadIncreased", i) for i in range(10)]
+    got = append_decision(many, rec(99, 64, "LoadIncreased", 10))
+    assert len(got) == 10 and got[0].replicas == 1 and got[-1].replicas == 99
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "old_limit", "new_limit", "want"),
+    [
+        pytest.param(None, 2, None, 64, [], id="first-setting-is-no-action"),
+        pytest.param(2, 3, 64, 64, [C.SCALED], id="scale"),
+        pytest.param(2, 2, 64, 32, [C.BATCH_LIMIT_CHANGED], id="limit"),
+        pytest.param(2, 1, 64, 96, [C.SCALED, C.BATCH_LIMIT_CHANGED], id="both"),
+        pytest.param(2, 2, 64, 64, [], id="nothing"),
+    ],
+)
+def test_action_events(old: int | None, new: int, old_limit: int | None, new_limit: int,
+                       want: list[str]) -> None:
+    got = action_events(old, new, old_limit, new_limit, "LoadIncreased: because")
+    assert [e.reason for e in got] == want
+    assert all(e.type == "Normal" and e.message.endswith("LoadIncreased: because") for e in got)
+    if C.SCALED in want:
+        assert f"from {old} to {new} replicas" in got[0].message
