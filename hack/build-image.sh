@@ -19,14 +19,14 @@ export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
-  rm -rf "$WORK/rootfs" && mkdir -p "$WORK"
-  debootstrap --variant=minbase \
+  mkdir -p "$WORK"
+  [[ -x "$WORK/rootfs/usr/bin/python3" ]] || debootstrap --variant=minbase \
     --include=python3,python3-venv,python-is-python3,ca-certificates,passwd \
     "$SUITE" "$WORK/rootfs" "$MIRROR"
   rm -rf "$WORK/rootfs/var/cache/apt/archives"/*.deb "$WORK/rootfs/var/lib/apt/lists"/*
   ctr=$(buildah from scratch)
   buildah copy "$ctr" "$WORK/rootfs" / >/dev/null
-  buildah config --env PATH=/usr/local/bin:/usr/bin:/bin --cmd '["python3"]' "$ctr"
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd '["python3"]' "$ctr"
   buildah commit --rm "$ctr" "$BASE"
 fi
 
