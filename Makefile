@@ -1,11 +1,12 @@
 # The two commands the README opens with:
-#   make render   preview what the operator deploys for the 8B example on H100 (no cluster)
-#   make test     everything CI runs: build/reuse the control plane, lint, unit + integration
+#   make demo     a live SLO demo on a local control plane with fake GPU nodes (no GPU needed)
+#   make test     everything CI runs: build/reuse the control plane, lint, unit + integration + e2e
+# Also: make render (preview what the operator deploys, no cluster), make bench.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: render test venv binaries lint unit integration crds clean
+.PHONY: demo render bench test venv binaries lint unit integration crds clean
 
 $(BIN)/slo-operator: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,11 +23,19 @@ $(VENV)/.profile-deps: $(BIN)/slo-operator
 
 venv: $(BIN)/slo-operator
 
+# DEMO_ARGS, e.g. make demo DEMO_ARGS="--keep" or "--duration 300 --speed 10".
+demo: venv
+	$(BIN)/slo-operator demo $(DEMO_ARGS)
+
+bench: venv
+	$(BIN)/slo-operator bench --trace azure-code,azure-conv $(BENCH_ARGS)
+
 render: venv
 	$(BIN)/slo-operator render -f examples/llama-8b-h100.yaml
 
 binaries:
 	bash hack/build-binaries.sh
+	bash hack/build-glua.sh
 
 lint: venv
 	$(BIN)/ruff check operator runtime tests bench
