@@ -28,6 +28,7 @@ from tests.integration.operator_support import (
     chart_cluster_role,
     conditions,
     ensure_namespace,
+    events_for,
     install_crds,
 )
 from tests.support.cluster import LocalCluster
@@ -40,6 +41,7 @@ from tests.unit.test_hostile_inputs import (
 )
 
 from slo_operator.api.models import GROUP
+from slo_operator.devenv.cluster import ClusterError
 from slo_operator.devenv.fleet import GpuNodeType, NodeGroup, fixture_labels
 from slo_operator.render.names import ANNOTATION_SERVICE_NAME, service_label
 from slo_operator.render.objects import service_name
@@ -265,7 +267,10 @@ def test_natural_long_and_odd_hardware_services_reconcile_to_running_pods(
         cluster.wait_for(lambda n=name: len(_running(cluster, namespace, n)) >= 1,
                          timeout=120, desc=f"a Running pod of {name[:40]}")
         # The Service exists under its DNS-safe name and selects the pods.
-        service = cluster.kubectl_json("get", "service", "-n", namespace, service_name(name))
+        service = cluster.wait_for(
+            lambda n=name: cluster.kubectl_json("get", "service", "-n", namespace,
+                                                service_name(n)),
+            timeout=60, desc=f"Service of {name[:40]}", ignore=(ClusterError,))
         assert service["metadata"]["annotations"][ANNOTATION_SERVICE_NAME] == name
         status = cluster.kubectl_json("get", "infsvc", "-n", namespace, name)["status"]
         ready = conditions({"status": status})["Ready"]
@@ -290,4 +295,7 @@ def test_natural_long_and_odd_hardware_services_reconcile_to_running_pods(
     notes = cluster.kubectl_json("get", "infsvc", "-n", namespace, "shared-t4")["status"][
         "engineNotes"]
     assert any("time-sliced 4 ways" in n for n in notes)
+    # Events reach even the 253-character name (generateName is truncated by the server).
+    assert cluster.wait_for(lambda: events_for(cluster, namespace, long_name), timeout=30,
+                            desc="an Event on the long-named service")
     assert "Traceback" not in odd_operator.logs()
