@@ -31,14 +31,16 @@ from rich.text import Text
 
 from slo_operator.devenv.cluster import Binaries
 
-# Cold build time of each step on the reference machine (2 shared cores, warm Go module
-# cache absent), in seconds; only used to draw the progress bar and the estimate.
+# Cold build time of each step (empty Go caches), in seconds, measured with
+# hack/build-binaries.sh on the reference machine (2 cores shared with other work; Prometheus
+# takes about 5 minutes on 2 idle cores and over 20 under load). Only used to draw the
+# progress bar and the time estimate.
 COLD_BUILD_SECONDS: dict[str, float] = {
     "etcd": 80.0,
-    "kubernetes": 720.0,
-    "kwok": 150.0,
-    "helm": 180.0,
-    "prometheus": 330.0,
+    "kubernetes": 590.0,
+    "kwok": 180.0,
+    "helm": 270.0,
+    "prometheus": 600.0,
 }
 STEP_LABELS: dict[str, str] = {
     "etcd": "etcd",

@@ -28,9 +28,12 @@ def _has_data(values: Sequence[float]) -> bool:
 
 
 def plot_service(samples: Sequence[Sample], path: Path, speed: float) -> Path:
-    """Five stacked panels over wall time for one service; returns ``path``."""
+    """Stacked panels over wall time for one service (load, replicas, live limit, P99, TTFT,
+    and inter-token latency when the policy sets a target for it); returns ``path``."""
     ts = [s.t for s in samples]
-    fig, axes = plt.subplots(5, 1, figsize=(10, 11), sharex=True)
+    with_itl = any(s.targets is not None and s.targets.itl_ms is not None for s in samples)
+    panels = 6 if with_itl else 5
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 2.2 * panels), sharex=True)
     svc = samples[0].service
     gpu = next((s.gpu for s in reversed(samples) if s.gpu), None)
     fig.suptitle(f"{svc}" + (f" on {gpu}" if gpu else "") + f"  (trace time x{speed:g})")
@@ -53,13 +56,13 @@ def plot_service(samples: Sequence[Sample], path: Path, speed: float) -> Path:
     ax.step(ts, _series(samples, "batch_limit"), where="post")
     ax.set_ylabel("live limit\n(in-flight/replica)")
 
-    for ax, attr, target_attr, label in (
-        (axes[3], "e2e_ms", "e2e_ms", "P99 e2e (ms)"),
-        (axes[4], "ttft_ms", "ttft_ms", "TTFT (ms)"),
-    ):
+    latencies = [(axes[3], "e2e_ms", "P99 e2e (ms)"), (axes[4], "ttft_ms", "TTFT (ms)")]
+    if with_itl:
+        latencies.append((axes[5], "itl_ms", "inter-token (ms)"))
+    for ax, attr, label in latencies:
         ax.plot(ts, _series(samples, attr), label="observed")
-        targets = [float("nan") if s.targets is None else getattr(s.targets, target_attr)
-                   for s in samples]
+        targets = [float("nan") if s.targets is None or getattr(s.targets, attr) is None
+                   else getattr(s.targets, attr) for s in samples]
         if _has_data(targets):
             ax.plot(ts, targets, color="red", linestyle=":", label="target")
         ax.set_ylabel(label)

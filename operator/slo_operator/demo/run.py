@@ -252,7 +252,7 @@ def _report(out: Path, samples: Sequence[timeline.Sample], traces: dict[str, Tra
         for s in samples:
             f.write(json.dumps(asdict(s)) + "\n")
     if summaries:
-        console.print(view.summary_table(summaries))
+        console.print(view.summary_table(summaries, client))
         plots = plot_all(samples, out, opts.speed)
         console.print("Plots: " + ", ".join(str(p) for p in plots))
     console.print(f"Results: {out / 'summary.json'}")

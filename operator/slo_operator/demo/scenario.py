@@ -37,14 +37,17 @@ class Tenant:
 
 
 # Each tenant's load, as a multiple of its source trace's request rate, whatever the speed:
-# time compression alone would multiply the rate by the speed, so the trace is thinned (or
-# copied) by rate_factor / speed. The conversation trace at 10x its rate (about 55 req/s, one
-# H100 replica's worth at the mean); the code trace at 2x (its one-minute bursts need several
-# A100 replicas: its prompts are long and BF16 prefill is slow).
+# time compression alone would multiply the rate by the speed, so the trace is thinned by
+# rate_factor / speed. The levels keep the replica models (Python, on the same few cores as
+# everything else) responsive: the conversation trace at its own rate (5.5 req/s: two H100
+# replicas at the chat tenant's latency targets, three in its busier minutes); the code trace
+# at half its rate (one A100 replica most of the time; its one-minute bursts need three: its
+# prompts are long and BF16 prefill is slow).
 TENANTS: tuple[Tenant, ...] = (
-    Tenant("tenant-chat.yaml", "tenant-chat/chat", "azure-conv", 10.0),
-    Tenant("tenant-code.yaml", "tenant-code/code", "azure-code", 2.0),
+    Tenant("tenant-chat.yaml", "tenant-chat/chat", "azure-conv", 1.0),
+    Tenant("tenant-code.yaml", "tenant-code/code", "azure-code", 0.5),
 )
+
 # A vLLM replica takes about a minute from pod start to serving (weights, CUDA graphs); the
 # replica models take that minute compressed like the trace.
 REAL_COLD_START_S = 60.0

@@ -29,13 +29,16 @@ class Targets:
     ttft_ms: float
     ttft_percentile: float
     jitter: float
+    itl_ms: float | None = None  # inter-token latency, when the policy sets one
 
     @classmethod
     def from_policy(cls, spec: SLOPolicySpec) -> Targets:
         """The objectives of an SLOPolicy spec."""
         o = spec.objectives
+        itl = o.inter_token_latency_ms
         return cls(float(o.e2e_latency_p99_ms), o.e2e_percentile, float(o.ttft_p95_ms),
-                   o.ttft_percentile, o.throughput_cv_max)
+                   o.ttft_percentile, o.throughput_cv_max,
+                   float(itl) if itl is not None else None)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Sample:
     batch_limit: int | None = None
     e2e_ms: float | None = None
     ttft_ms: float | None = None
+    itl_ms: float | None = None
     jitter: float | None = None
     targets: Targets | None = None
     slo_state: str = "-"  # the SLOCompliant condition's reason, "-" when absent
@@ -112,6 +116,7 @@ def sample(t: float, svc: Mapping[str, Any], policy: Mapping[str, Any] | None,
         batch_limit=status.batch_limit,
         e2e_ms=obs.e2e_p99_ms if obs else None,
         ttft_ms=obs.ttft_ms if obs else None,
+        itl_ms=obs.inter_token_ms if obs else None,
         jitter=obs.throughput_cv if obs else None,
         targets=policy_targets(policy),
         slo_state=slo.reason if slo else "-",

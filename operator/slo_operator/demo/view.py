@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -14,6 +15,8 @@ from slo_operator.api import conditions as C
 from slo_operator.demo.build import format_duration
 from slo_operator.demo.timeline import Sample, ServiceSummary
 
+# The decision message is long (the whole capacity computation); the row shows its start.
+DECISION_CHARS = 90
 _SLO_STYLE = {C.SLO_MET: "green", C.SLO_MISSED: "bold red", C.AWAITING_METRICS: "yellow"}
 
 
@@ -44,6 +47,7 @@ def service_row(s: Sample) -> list[RenderableType]:
     d = s.last_decision
     decision = Text("-", style="dim") if d is None else Text.assemble(
         (d.reason, "bold"), f": {d.message}" if d.message else "")
+    decision.truncate(DECISION_CHARS, overflow="ellipsis")
     replicas = f"{_num(s.ready)}/{_num(s.desired if s.desired is not None else s.replicas)}"
     return [
         Text(s.service, style="bold"),
@@ -62,11 +66,12 @@ def service_row(s: Sample) -> list[RenderableType]:
 def services_table(latest: Sequence[Sample]) -> Table:
     """The live table: the newest sample of each service."""
     table = Table(expand=True, header_style="bold cyan")
+    right: dict[str, Any] = {"justify": "right", "no_wrap": True}
     for col, kw in (
-        ("service", {}), ("GPU", {}), ("load req/s (seen)", {"justify": "right"}),
-        ("replicas ready/desired", {"justify": "right"}), ("live limit", {"justify": "right"}),
-        ("P99 ms / target", {"justify": "right"}), ("TTFT ms / target", {"justify": "right"}),
-        ("jitter / max", {"justify": "right"}), ("SLO", {}), ("last decision", {"ratio": 2}),
+        ("service", {"no_wrap": True}), ("GPU", {"no_wrap": True}),
+        ("load req/s (seen)", right), ("replicas ready/desired", right), ("live limit", right),
+        ("P99 ms / target", right), ("TTFT ms / target", right), ("jitter / max", right),
+        ("SLO", {"no_wrap": True}), ("last decision", {"ratio": 1, "overflow": "fold"}),
     ):
         table.add_column(col, **kw)
     for s in sorted(latest, key=lambda s: s.service):
@@ -91,11 +96,14 @@ def render(latest: Sequence[Sample], header: Header) -> RenderableType:
     return Panel(Group(*lines), title=title, title_align="left")
 
 
-def summary_table(summaries: Sequence[ServiceSummary]) -> Table:
-    """The end-of-run table."""
+def summary_table(summaries: Sequence[ServiceSummary],
+                  client: Mapping[str, Mapping[str, Any]] | None = None) -> Table:
+    """The end-of-run table; ``client`` adds what the load generator saw per service."""
+    client = client or {}
     table = Table(title="Summary", header_style="bold cyan")
     for col in ("service", "GPU", "scale-outs", "scale-ins", "limit changes", "replicas",
-                "replica-s", "live limit", "max P99 ms", "max TTFT ms", "SLO met"):
+                "replica-s", "live limit", "max P99 ms", "max TTFT ms", "SLO met",
+                "requests ok/sent"):
         table.add_column(col, justify="left" if col in ("service", "GPU") else "right")
     for s in summaries:
         table.add_row(
@@ -110,5 +118,10 @@ def summary_table(summaries: Sequence[ServiceSummary]) -> Table:
             _num(s.e2e_max_ms),
             _num(s.ttft_max_ms),
             "-" if s.compliant_fraction is None else f"{100 * s.compliant_fraction:.0f}%",
+            _requests(client.get(s.service)),
         )
     return table
+
+
+def _requests(c: Mapping[str, Any] | None) -> str:
+    return "-" if not c else f"{c.get('ok', 0)}/{c.get('requests', 0)}"

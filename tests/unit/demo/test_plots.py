@@ -18,3 +18,17 @@ def test_one_png_per_service(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["a_x.png", "b_y.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inter_token_panel_only_with_its_target(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    base = Targets(6000.0, 0.99, 500.0, 0.95, 0.2)
+    with_itl = Targets(6000.0, 0.99, 500.0, 0.95, 0.2, itl_ms=75.0)
+    heights = []
+    for name, targets in (("a/x", base), ("b/y", with_itl)):
+        samples = [Sample(t=float(i), service=name, itl_ms=50.0, targets=targets)
+                   for i in range(3)]
+        [path] = plot_all(samples, tmp_path, 20.0)
+        heights.append(matplotlib.image.imread(path).shape[0])
+    assert heights[1] > heights[0]

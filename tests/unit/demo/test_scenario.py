@@ -78,6 +78,7 @@ def test_load_level_follows_the_tenant_rate_factor_whatever_the_speed(speed: flo
     source_rate = len(read_azure(tenant.trace)) / scenario.trace_span(tenant.trace)
     tr = scenario.load(tenant, speed, None)
     assert tr.rate_factor == pytest.approx(tenant.rate_factor)
-    # Requests per replay second (thinning is random: within a few percent).
+    # Requests per replay second (thinning keeps each request at random, seeded: at x60
+    # about 320 requests are kept, so a few percent either way).
     assert len(tr.requests) / tr.duration == pytest.approx(tenant.rate_factor * source_rate,
-                                                           rel=0.05)
+                                                           rel=0.1)

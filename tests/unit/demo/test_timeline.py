@@ -56,7 +56,7 @@ def test_sample_reads_status_policy_and_offered_load() -> None:
     assert (s.replicas, s.ready, s.desired, s.batch_limit) == (2, 2, 2, 64)
     assert (s.e2e_ms, s.ttft_ms, s.jitter, s.request_rate) == (7100.0, 420.0, 0.1, 3.5)
     assert s.offered_rps == 4.5
-    assert s.targets == Targets(6000.0, 0.99, 500.0, 0.95, 0.2)
+    assert s.targets == Targets(6000.0, 0.99, 500.0, 0.95, 0.2, itl_ms=None)
     assert s.slo_state == C.SLO_MISSED
     assert s.last_decision is not None and s.last_decision.reason == "ScaleOut"
 
@@ -70,6 +70,9 @@ def test_sample_reads_status_policy_and_offered_load() -> None:
                      id="policy-defaults"),
         pytest.param(make_svc(), {"spec": {"objectives": {"ttftP95Ms": -1}}}, None, "-",
                      id="invalid-policy-has-no-targets"),
+        pytest.param(make_svc(), {"spec": {"objectives": {"interTokenLatencyMs": 75}}},
+                     Targets(800.0, 0.99, 300.0, 0.95, 0.15, itl_ms=75.0), "-",
+                     id="inter-token-target-when-set"),
         pytest.param(make_svc(status_extra={"replicas": "many"}), POLICY,
                      Targets(6000.0, 0.99, 500.0, 0.95, 0.2), "-",
                      id="unreadable-status-is-empty-not-an-error"),

@@ -54,8 +54,18 @@ def test_summary_table_has_the_counts() -> None:
     samples = [make(t=0.0, decisions=(Decision("t1", 1, 64, "Initial", ""),)),
                make(t=1.0, decisions=(Decision("t1", 1, 64, "Initial", ""),
                                       Decision("t2", 3, 32, "ScaleOut", "")))]
-    out = text_of(summary_table(summarize(samples)))
+    client = {"tenant-chat/chat": {"ok": 9, "requests": 10}}
+    out = text_of(summary_table(summarize(samples), client))
     row = next(line for line in out.splitlines() if "tenant-chat/chat" in line)
     cells = [c.strip() for c in row.split("│") if c.strip()]
     # service, GPU, scale-outs, scale-ins, limit changes, replicas, replica-s, live limit
     assert cells[:8] == ["tenant-chat/chat", "H100", "1", "0", "1", "2..2", "2", "48..48"]
+    assert cells[-1] == "9/10"
+
+
+def test_long_decision_message_is_cut_not_wrapped() -> None:
+    d = Decision("t", 3, 48, "SLOViolated", "load 20 req/s " * 40)
+    out = text_of(render([make(decisions=(d,))], Header(1.0, 60.0, 105.0, 20.0, "x")))
+    assert sum("tenant-chat/chat" in line for line in out.splitlines()) == 1
+    assert "SLOViolated: load 20 req/s" in out and "…" in out
+    assert len([ln for ln in out.splitlines() if "load 20" in ln]) <= 2
