@@ -24,3 +24,15 @@ def test_binds_only_same_namespace_references_sorted_by_name() -> None:
     ]
     got = [s["metadata"]["name"] for s in bound_to("team-a", "gold", services)]
     assert got == ["alpha", "zeta"]
+
+
+def test_policy_attainment_is_the_worst_bound_service() -> None:
+    from slo_operator.reconcile.policy import aggregate_slo
+
+    a = {**svc("a", "team-a", "gold"), "status": {"attainment": 0.999,
+                                                  "errorBudgetRemaining": 0.8}}
+    b = {**svc("b", "team-a", "gold"), "status": {"attainment": 0.95,
+                                                  "errorBudgetRemaining": -0.2}}
+    fresh = svc("c", "team-a", "gold")  # no verdict yet: does not count
+    assert aggregate_slo([a, b, fresh]) == (0.95, -0.2)
+    assert aggregate_slo([fresh]) == (None, None)
