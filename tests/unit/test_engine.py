@@ -24,6 +24,7 @@ from slo_operator.engine import (
     estimate_layers,
     plan_engine,
 )
+from slo_operator.engine.limits import TooLarge, parse_count
 from slo_operator.hardware import HardwareClass, classify_node, load_catalogue, resolve_product
 from slo_operator.reconcile.plan import (
     NodeInfo,
@@ -911,3 +912,16 @@ def test_time_slicing_with_renamed_resource_requests_the_shared_resource() -> No
     assert isinstance(plan, ServicePlan), plan
     assert plan.render.gpu_resource == "nvidia.com/gpu.shared"
     assert plan.engine.gpu_memory_utilization == pytest.approx(0.225)
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    ("8192", 8192), ("8k", 8000), ("8K", 8192), ("1.5Ki", 1536), ("2m", 2_000_000),
+    ("1.5", None), ("abc", None), ("inf", None), ("nan", None), ("", None), ("-3", -3),
+])
+def test_parse_count_reads_vllms_human_readable_ints(raw: str, want: int | None) -> None:
+    assert parse_count(raw) == want
+
+
+def test_parse_count_refuses_astronomical_numbers_without_building_them() -> None:
+    with pytest.raises(TooLarge):
+        parse_count("1e999999999")

@@ -48,13 +48,17 @@ def parse_count(raw: str) -> int | None:
             v, mult = v[: -len(suffix)], _SUFFIXES[suffix]
             break
     try:
-        d = Decimal(v) * mult
-    except (InvalidOperation, ValueError):
+        d = Decimal(v)
+    except (InvalidOperation, ValueError, ArithmeticError):
         return None
     if not d.is_finite():
         return None
+    # Checked before scaling: Decimal arithmetic past its exponent limit raises Overflow.
     if d.adjusted() > _MAX_DIGITS:
         raise TooLarge(raw)
+    if d and d.adjusted() < -_MAX_DIGITS:
+        return None  # a fraction too small to be a count
+    d *= mult
     if d != d.to_integral_value():
         return None
     return int(d)
