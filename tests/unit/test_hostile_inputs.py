@@ -74,9 +74,14 @@ def maybe(value: st.SearchStrategy[Any], junk_weight: int = 1) -> st.SearchStrat
     return st.one_of(*([value] * 4), *([JUNK] * junk_weight))
 
 
-FLAG_VALUES = st.sampled_from(["0", "-1", "1", "2", "8", "16", "2k", "8k", "1e400k", "inf",
-                               "nan", "-0.5", "0.95", "99999999999999999999999k", "auto",
-                               "9" * 40 + "T", "1.5", "fp8", "bfloat16", ""])
+FLAG_VALUES = st.one_of(
+    st.sampled_from(["0", "-1", "1", "2", "8", "16", "2k", "8k", "1e400k", "inf", "nan", "-0.5",
+                     "0.95", "99999999999999999999999k", "auto", "9" * 40 + "T", "1.5", "fp8",
+                     "bfloat16", "", "1e999999999", "1e-999999999k"]),
+    # Numbers as vLLM's human-readable ints and floats, exponents of any size.
+    st.from_regex(r"-?[0-9]{1,4}(\.[0-9]{1,3})?(e-?[0-9]{1,10})?(k|K|m|M|g|Gi|T)?",
+                  fullmatch=True),
+)
 FLAGS = st.sampled_from([
     "--tensor-parallel-size", "-tp", "--gpu-memory-utilization", "--max-num-seqs",
     "--max-num-batched-tokens", "--max-model-len", "--cudagraph-capture-sizes", "--dtype",
