@@ -43,7 +43,7 @@ TARGET_UTILIZATION = 0.8
 # Fraction of a latency target the model plans for (a percentile sits above the mean).
 LATENCY_MARGIN = 0.8
 # A tail request's output, relative to the mean output length (e2e grows with length).
-TAIL_OUTPUT_FACTOR = 2.0
+TAIL_OUTPUT_FACTOR = 2.4
 # Assumed request shape before any traffic has been seen.
 DEFAULT_PROMPT_TOKENS = 512.0
 DEFAULT_OUTPUT_TOKENS = 128.0

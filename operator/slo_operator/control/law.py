@@ -56,6 +56,8 @@ LIMIT_UP_FACTOR = 1.5
 LIMIT_MIN_CHANGE = 0.1  # relative change below which a latency-driven move is skipped
 LIMIT_MODEL_CHANGE = 0.25  # relative change below which a model-driven move is skipped
 ITL_HEADROOM = 0.8  # raise the limit only while inter-token latency is below this share
+KV_FULL = 0.98  # KV-cache use at which the limit comes down
+KV_HIGH = 0.9  # ... or from here on while sequences are being preempted; no raise above
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # the current level and for the highest burst of the lookback, whichever is more.
     peak = _burst_peak(rates, policy.cold_start_s + policy.window_s)
     burst = max(policy.burst_k * _noise([r for _, r in rates]), peak - arrivals)
+    # A rising load keeps rising while new replicas start: plan for the rate they will
+    # meet, a cold start plus a window (the rate's own lag) ahead.
+    lead = policy.cold_start_s + policy.window_s
+    trend = max(0.0, _slope([(t, r) for t, r in rates if now - t <= 2 * policy.window_s])) * lead
+    burst = max(burst, trend)
     # The queue must drain after the replicas asked for now arrive (a cold start later).
     backlog = waiting / max(policy.backlog_drain_s + policy.cold_start_s, 1.0)
     demand = 0.0 if idle else arrivals + burst + backlog
@@ -417,26 +424,40 @@ def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, n
         return current, state.limit_bias, None, ""
     base = max(floor, min(ceiling, step_batch))
     bias = state.limit_bias
-    # Only a measured inter-token latency against its own target lowers the limit: an
-    # e2e miss is as often queueing (replicas' job) as slow decoding.
+    # Only a measured inter-token latency against its own target lowers the limit (an
+    # e2e miss is as often queueing, the replicas' job), or a KV cache that overflows:
+    # preempted sequences are recomputed, which costs everyone.
     itl_r = ratios.get("itl")
     ttft_r = ratios.get("ttft")
+    kv = obs.signals.kv_usage
+    kv_full = kv is not None and (kv >= KV_FULL or (
+        kv >= KV_HIGH and (obs.signals.preemptions_rate or 0.0) > 0))
+    kv_room = kv is None or kv < KV_HIGH
     short = in_flight or cur >= policy.max_replicas or obs.replicas.pending > 0
     why: str | None = None
-    if itl_r is not None and itl_r > 1.0:
-        bias *= LIMIT_DOWN_FACTOR
+    cause = ""
+    if kv_full or (itl_r is not None and itl_r > 1.0):
+        proposal = math.floor(current * LIMIT_DOWN_FACTOR)
         why = R.LIMIT_LOWERED
-    elif ttft_r is not None and ttft_r > 1.0 and waiting > 0 and short \
+        cause = "KV cache full" if kv_full else "inter-token latency over target"
+    elif ttft_r is not None and ttft_r > 1.0 and waiting > 0 and short and kv_room \
             and (itl_r is None or itl_r < ITL_HEADROOM):
-        bias *= LIMIT_UP_FACTOR
+        proposal = math.ceil(current * LIMIT_UP_FACTOR)
         why = R.LIMIT_RAISED
-    elif all(r <= ITL_HEADROOM for r in ratios.values()) and bias != 1.0:
-        bias = 1.0 + (bias - 1.0) * 0.5
-        if abs(bias - 1.0) < 0.05:
-            bias = 1.0
-        why = R.LIMIT_RESTORED
-    bias = max(floor / base, min(ceiling / base, bias))
-    proposal = max(floor, min(ceiling, round(base * bias)))
+        cause = "requests queue while replicas are short"
+    else:
+        if all(r <= ITL_HEADROOM for r in ratios.values()) and kv_room and bias != 1.0:
+            bias = 1.0 + (bias - 1.0) * 0.5
+            if abs(bias - 1.0) < 0.05:
+                bias = 1.0
+            why = R.LIMIT_RESTORED
+            cause = "latency back inside targets"
+        proposal = round(base * bias)
+        if proposal > current and (not kv_room or any(r > 1.0 for r in ratios.values())):
+            proposal = current  # no way up while a latency or the KV cache is in trouble
+    proposal = max(floor, min(ceiling, proposal))
+    if why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
+        bias = proposal / base  # remembered, so the way back starts from here
     last_change = state.limits[-1][0] if state.limits else None
     out_of_range = current < floor or current > ceiling
     if policy.batching_mode == "restart":
@@ -457,16 +478,21 @@ def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, n
     if not move or proposal == current:
         return current, bias, None, ""
     if why is None:
-        why = R.LIMIT_RESIZED
-    detail = {
-        R.LIMIT_LOWERED: "inter-token latency over target",
-        R.LIMIT_RAISED: "requests queue while replicas are short",
-        R.LIMIT_RESTORED: "latency back inside targets",
-        R.LIMIT_RESIZED: "the model's batch for the current request shape moved",
-    }[why]
+        why, cause = R.LIMIT_RESIZED, "the model's batch for the current request shape moved"
     return proposal, bias, why, (
-        f"in-flight limit {current} -> {proposal} ({detail}; model batch {step_batch}, "
+        f"in-flight limit {current} -> {proposal} ({cause}; model batch {step_batch}, "
         f"range {floor}..{ceiling})")
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope (per second) of (time, rate) points; 0 with fewer than 3."""
+    if len(points) < 3:
+        return 0.0
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mr = sum(r for _, r in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (r - mr) for t, r in points) / var if var > 0 else 0.0
 
 
 def _burst_peak(rates: tuple[tuple[float, float], ...], horizon: float) -> float:

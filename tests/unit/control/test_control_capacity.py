@@ -9,6 +9,7 @@ import pytest
 
 from slo_operator.control.capacity import (
     SEED_STEP_TIMES,
+    TAIL_OUTPUT_FACTOR,
     StepTimes,
     hardware_ratios,
     itl_budget_ms,
@@ -65,8 +66,9 @@ def test_unreachable_target_is_flagged_and_sized_for_throughput() -> None:
 
 
 def test_budget_leaves_room_for_first_token_and_long_outputs() -> None:
-    # 10 s e2e, 1 s TTFT, 200-token mean output: a 400-token tail request, 80% margin.
-    assert itl_budget_ms(10_000, 1_000, None, 200) == pytest.approx(0.8 * 9_000 / 399)
+    # 10 s e2e, 1 s TTFT, 200-token mean output: a 480-token tail request, 80% margin.
+    tail = TAIL_OUTPUT_FACTOR * 200 - 1
+    assert itl_budget_ms(10_000, 1_000, None, 200) == pytest.approx(0.8 * 9_000 / tail)
     assert itl_budget_ms(10_000, 1_000, 15, 200) == pytest.approx(12.0)
 
 

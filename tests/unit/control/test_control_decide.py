@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -109,7 +109,7 @@ CASES = [
          obs={"desired": 4, "ready": 2, "starting": 2, "rate": 40.0, "ttft": 2_500.0,
               "waiting": 30.0, "batch_limit": 32},
          state=make_state(recommendations=history(4, since=T0 - 60)),
-         want_replicas=4, want_reason=R.LIMIT_RAISED, want_limit=64),
+         want_replicas=4, want_reason=R.LIMIT_RAISED, want_limit=48),
     Case("itl-over-target-lowers-live-limit",
          obs={"desired": 2, "rate": 30.0, "itl": 40.0}, policy={"itl_target_ms": 30.0},
          state=make_state(recommendations=SETTLED),
@@ -237,3 +237,34 @@ def test_limit_does_not_chase_small_model_moves() -> None:
     again = decide(make_obs(desired=2, rate=20.0, batch_limit=moved, max_batch=256,
                             prompt=560.0), pol, first.state, T0 + 20)
     assert again.batch_limit == moved and again.limit_reason is None
+
+
+def test_full_kv_cache_lowers_the_limit_from_where_it_is() -> None:
+    """A burst on one replica fills its KV cache and vLLM preempts: admit fewer, from the
+    limit in force (not from the model's batch)."""
+    obs = make_obs(desired=1, rate=10.0, batch_limit=200, max_batch=256)
+    full = replace(obs, signals=replace(obs.signals, kv_usage=0.99, preemptions_rate=2.0))
+    d = decide(full, make_policy(max_batch=256), make_state(recommendations=SETTLED), T0)
+    assert (d.batch_limit, d.limit_reason) == (150, R.LIMIT_LOWERED)
+    assert "KV cache full" in d.limit_message
+
+
+def test_no_raise_while_the_kv_cache_is_nearly_full() -> None:
+    obs = make_obs(desired=4, ready=2, starting=2, rate=40.0, ttft=2_500.0, waiting=30.0,
+                   batch_limit=32)
+    high = replace(obs, signals=replace(obs.signals, kv_usage=0.93))
+    d = decide(high, make_policy(), make_state(recommendations=history(4, since=T0 - 60)), T0)
+    assert d.batch_limit == 32 and d.limit_reason is None
+
+
+def test_a_rising_load_is_planned_a_cold_start_ahead() -> None:
+    """The replicas asked for now serve the load of a minute or two from now."""
+    rising = [20 + 2 * i for i in range(6)]  # +0.1 req/s per second
+    flat = [30.0] * 6
+    kw = {"desired": 2, "rate": 30.0}
+    st = {"recommendations": history(2, since=T0 - 600)}
+    up = decide(make_obs(**kw), make_policy(), make_state(rates=rates(rising), **st), T0)
+    level = decide(make_obs(**kw), make_policy(), make_state(rates=rates(flat), **st), T0)
+    assert up.need is not None and level.need is not None
+    # 0.1 req/s per second over a 60 s cold start plus a 60 s window: about 12 req/s more.
+    assert up.need - level.need == pytest.approx(12 / PER_REPLICA, rel=0.25)
