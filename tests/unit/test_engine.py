@@ -925,3 +925,13 @@ def test_parse_count_reads_vllms_human_readable_ints(raw: str, want: int | None)
 def test_parse_count_refuses_astronomical_numbers_without_building_them() -> None:
     with pytest.raises(TooLarge):
         parse_count("1e999999999")
+
+
+@pytest.mark.parametrize("extra", [("--port", "9000"), ("--host=0.0.0.0",), ("--uds", "/s"),
+                                   ("--headless",)])
+def test_serving_address_is_the_operators(extra: tuple[str, ...]) -> None:
+    # vLLM must listen where the gateway forwards; the launcher would override it anyway.
+    with pytest.raises(EngineError) as err:
+        plan_engine(hw("H100"), 8, model(8), EnginePrefs(extra_args=extra), BatchBounds())
+    assert err.value.field == "spec.engine.extraArgs[0]"
+    assert "gateway" in err.value.message

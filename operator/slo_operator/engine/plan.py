@@ -72,8 +72,15 @@ F_ALLOW_Q = "spec.allowQuantization"  # on the SLOPolicy
 F_MIN_BATCH = "spec.batching.minBatch"  # on the SLOPolicy
 F_MAX_BATCH = "spec.batching.maxBatch"  # on the SLOPolicy
 
-# Options the operator owns; extra args may not set them.
-RESERVED_DESTS = {"model": "spec.model.name"}
+# Options the operator owns; extra args may not set them (value: what to use instead).
+_GATEWAY = "leave it out: the in-pod gateway serves the pod's port and reaches vLLM on loopback"
+RESERVED_DESTS = {
+    "model": "use spec.model.name",
+    "host": _GATEWAY,
+    "port": _GATEWAY,
+    "uds": _GATEWAY,
+    "headless": _GATEWAY,
+}
 
 # One home for both sets, shared with the in-pod launcher.
 _FP8_KV = FP8_KV_CACHE_DTYPES
@@ -561,7 +568,7 @@ def _merge_extra(
         owner = RESERVED_DESTS.get(uo.action.dest)
         if owner is not None:
             raise EngineError(
-                f"{F_EXTRA}[{uo.start}]", f"{uo.flag} is set by the operator; use {owner}"
+                f"{F_EXTRA}[{uo.start}]", f"{uo.flag} is set by the operator; {owner}"
             )
         user[uo.action.dest] = uo  # argparse keeps the last occurrence
     gen_opts, gen_problems = spec.parse(generated)
