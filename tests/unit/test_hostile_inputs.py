@@ -29,9 +29,12 @@ from hypothesis import strategies as st
 from tests.unit.reconcile.fake import FakeKube
 
 from slo_operator.api.cluster import NodeInfo, Snapshot
+from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.cli import main
+from slo_operator.reconcile.plan import Problem, discover_pools, plan_service
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.render.names import is_dns1035_label, is_label_value, is_object_name
+from slo_operator.render.objects import build_all
 
 settings.register_profile(
     "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -371,3 +374,41 @@ def test_operator_reconcile_reports_instead_of_raising(docs: list[Any]) -> None:
         ["Deployment", "Service", "PodDisruptionBudget"].index(k[0]), k[2]))]
     if applied:
         check_objects(applied)
+
+
+# ------------------------------------------------------------------ hostile node labels
+
+_LABEL_KEYS = st.sampled_from([
+    "nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory",
+    "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor", "nvidia.com/gpu.family",
+    "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy", "nvidia.com/mig.strategy",
+    "nvidia.com/mig-1g.10gb.count", "nvidia.com/mig-1g.10gb.memory",
+    "nvidia.com/mig-1g.10gb.product", "amd.com/gpu.product-name", "amd.com/gpu.device-id",
+    "amd.com/gpu.vram", "amd.com/gpu.count", "habana.ai/gaudi.product", "habana.ai/gaudi.count"])
+_LABEL_VALUES = st.one_of(
+    st.sampled_from(["NVIDIA-H100-80GB-HBM3", "Tesla-T4-SHARED", "A100-SXM4-40GB-MIG-1g.5gb",
+                     "mixed", "single", "time-slicing", "mps", "hopper", "0x74a1", "192G",
+                     "Gaudi3", "AMD_Instinct_MI300X_OAM", "", "-1", "0", "1", "8", "9", "81559",
+                     "99999999999999999999", "1e9", "NaN", "junk"]),
+    st.integers(-5, 10**13).map(str), st.text(max_size=12))
+
+
+@given(labels=st.lists(st.dictionaries(_LABEL_KEYS, _LABEL_VALUES, max_size=8), min_size=1,
+                       max_size=3),
+       alloc=st.dictionaries(st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared",
+                                              "nvidia.com/mig-1g.10gb", "amd.com/gpu"]),
+                             st.one_of(st.integers(-2, 10**12).map(str), st.text(max_size=4)),
+                             max_size=2))
+def test_any_node_labels_plan_or_report(labels: list[dict[str, str]],
+                                        alloc: dict[str, str]) -> None:
+    """Whatever nodes claim, planning ends in a plan or a Problem naming a field."""
+    nodes = [NodeInfo(f"n{i}", lab, alloc) for i, lab in enumerate(labels)]
+    spec = InferenceServiceSpec.model_validate(
+        {"model": {"name": "m", "sizeBillions": 0.5, "maxModelLen": 1024}})
+    result = plan_service(name="svc", namespace="ns", uid="", spec=spec, policy=SLOPolicySpec(),
+                          policy_name="", pools=discover_pools(nodes), nodes=nodes, replicas=1)
+    if isinstance(result, Problem):
+        assert result.field.startswith("spec."), result
+    else:
+        objects = build_all(result.render)
+        check_objects(objects)

@@ -643,7 +643,9 @@ def plan_engine(
     params, gmu = _check_inputs(hw, gpus_per_node, model, prefs, batch)
     notes: list[Note] = []
     gmu = _sharing_notes(hw, sharing, prefs, gmu, notes)
-    tp_pool = gpus_per_node if sharing.whole else 1
+    # More GPUs than any TP size considered is no different from MAX_TP_HINT (and keeps the
+    # divisor search bounded whatever a node label claims).
+    tp_pool = min(gpus_per_node, MAX_TP_HINT) if sharing.whole else 1
     if not sharing.whole and (prefs.tensor_parallel_size or 1) > 1:
         raise EngineError(prefs.tensor_parallel_source,
                           f"{prefs.tensor_parallel_size}: {_no_tp_reason(hw, sharing)}")
