@@ -66,9 +66,10 @@ def test_pods_become_scraped_replicas_and_load_becomes_vllm_series(e2e: E2E,
     series = e2e.prometheus.query(q)
     assert [s["metric"] for s in series] == [{"namespace": namespace, "service": "chat"}]
     # Per pod, as the gateway saw it (its own histogram) and as the engine did.
-    per_pod = e2e.prometheus.query(
-        f"sum by (pod) (slo_gateway_e2e_request_latency_seconds_count{{{sel}}})")
-    assert sorted(scalar([s]) for s in per_pod) == [12.0, 12.0]
+    gw = f"sum by (pod) (slo_gateway_e2e_request_latency_seconds_count{{{sel}}})"
+    e2e.cluster.wait_for(
+        lambda: sorted(scalar([s]) for s in e2e.prometheus.query(gw)) == [12.0, 12.0],
+        timeout=30, desc="12 requests per pod in the gateways' histograms")
     tokens = e2e.prometheus.query(
         f"sum by (namespace, service) (vllm:generation_tokens_total{{{sel}}})")
     assert scalar(tokens) == 24 * 16
