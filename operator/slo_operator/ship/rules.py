@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import API_VERSION, SLOPolicySpec, parse_duration
+from slo_operator.render.names import label_value, service_label
 from slo_operator.ship import signals
 
 PROMETHEUS_RULE_API_VERSION = "monitoring.coreos.com/v1"
@@ -102,14 +103,15 @@ class PolicyRef:
 def _labels(ref: PolicyRef, spec: SLOPolicySpec) -> dict[str, str]:
     return {
         "namespace": ref.namespace,
-        "policy": ref.name,
-        "tenant": spec.tenant or ref.namespace,
+        # Pods carry these as label values (shortened with a hash beyond 63 characters).
+        "policy": label_value(ref.name),
+        "tenant": label_value(spec.tenant or ref.namespace),
     }
 
 
 def _policy_matcher(ref: PolicyRef) -> str:
     return (f'namespace="{signals.escape(ref.namespace)}",'
-            f'policy="{signals.escape(ref.name)}"')
+            f'policy="{signals.escape(label_value(ref.name))}"')
 
 
 def rule_groups(ref: PolicyRef, spec: SLOPolicySpec) -> list[dict[str, Any]]:
@@ -118,7 +120,10 @@ def rule_groups(ref: PolicyRef, spec: SLOPolicySpec) -> list[dict[str, Any]]:
     period_s = max(parse_duration(spec.attainment_period), window_s)
     budget = 1.0 - spec.attainment_target
     labels = _labels(ref, spec)
-    selector = signals.service_selector(ref.namespace, ref.services)
+    # Series carry the pod label value of each service (names over 63 characters are shortened).
+    selector = signals.service_selector(
+        ref.namespace, tuple(service_label(s) for s in ref.services)
+    )
     mine = _policy_matcher(ref)
     rules: list[dict[str, Any]] = []
 

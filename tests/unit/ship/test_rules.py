@@ -20,6 +20,7 @@ from tests.unit.ship.tools import promtool
 
 from slo_operator.api.models import SLOPolicySpec
 from slo_operator.cli import main
+from slo_operator.render.names import label_value, service_label
 from slo_operator.ship import rules, signals
 from slo_operator.slo import histogram as loop_histogram
 
@@ -115,6 +116,24 @@ def test_status_bound_services_are_selected() -> None:
     assert ref.services == ("a.x", "b")
     groups = rules.rule_groups(ref, SLOPolicySpec())
     assert 'service=~"a\\\\.x|b"' in groups[0]["rules"][0]["expr"]
+
+
+def test_long_policy_and_service_names_match_the_pods_label_values() -> None:
+    policy, service = "p" * 100, "s" * 100
+    docs = [{"kind": "SLOPolicy", "metadata": {"name": policy, "namespace": "n"},
+             "status": {"boundServices": [service]}}]
+    ((ref, _),) = rules.policies_from_documents(docs)
+    all_rules = [r for g in rules.rule_groups(ref, SLOPolicySpec()) for r in g["rules"]]
+    exprs = "\n".join(r["expr"] for r in all_rules)
+    # The service matcher is a regex alternative ("-" escaped there): check both halves.
+    prefix, _, digest = service_label(service).rpartition("-")
+    assert f"{prefix}\\\\-{digest}" in exprs
+    assert service not in exprs
+    assert f'policy="{label_value(policy)}"' in exprs
+    assert f'policy="{policy}"' not in exprs
+    assert {r["labels"]["policy"] for r in all_rules if "policy" in r.get("labels", {})} == {
+        label_value(policy)
+    }
 
 
 # ------------------------------------------------------------------ promtool
