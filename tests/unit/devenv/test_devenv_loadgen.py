@@ -75,3 +75,19 @@ def test_percentiles_nearest_rank() -> None:
     assert res.percentile("e2e", 0.99) == 99.0
     assert res.percentile("e2e", 0.5) == 50.0
     assert res.percentile("ttft", 0.5) is None
+
+
+async def test_replays_the_packaged_azure_trace_time_compressed(
+        two_replicas: list[tuple[Replica, str]]) -> None:
+    """The benchmark's traces replay as they are (objects with t, prompt and output)."""
+    from slo_operator.sim import traces
+
+    trace = traces.azure("azure-conv")
+    head = list(trace.requests[:12])
+    assert head[-1].t > head[0].t
+    urls = [u for _, u in two_replicas]
+    res = await replay(head, lambda: urls, LoadSpec(speed=50, stream=True, max_output=8))
+    assert len(res.ok) == len(head)
+    assert [r.prompt for r in res.records] == [min(h.prompt, 8192) for h in head]
+    assert all(r.tokens == min(h.output, 8) for r, h in zip(res.records, head, strict=True))
+    assert sum(rep.engine.completed for rep, _ in two_replicas) == len(head)
