@@ -154,8 +154,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
             and 0 < now - state.last_time <= 2 * policy.window_s:
         # Signed: a draining queue means the service finishes faster than requests arrive.
         arrivals = max(0.0, arrivals + (waiting - state.last_waiting) / (now - state.last_time))
-    rates = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
-    rates = (*rates, (now, arrivals))[-MAX_RATES:]
+    kept = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
+    rates = (*kept, (now, arrivals))
+    # Stored at most every quarter window, so a short cycle does not shorten the memory.
+    recent_sample = bool(kept) and now - kept[-1][0] < policy.window_s / 4
+    kept_next = kept if recent_sample else rates[-MAX_RATES:]
     # Burst headroom: new replicas arrive a cold start late, so plan for the noise around
     # the current level and for the highest burst of the lookback, whichever is more.
     peak = _burst_peak(rates, policy.cold_start_s + policy.window_s)
@@ -199,13 +202,21 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
 
     # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
     # down to the highest of the down window.
+    # Each run of equal wishes is kept once, stamped with its last time: a wish counts in
+    # a window when it was last made inside it, whatever the cycle period.
     horizon = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
     recs = tuple((t, n) for t, n in state.recommendations if now - t <= horizon)
+    if recs and recs[-1][1] == rec:
+        recs = recs[:-1]
     recs = (*recs, (now, rec))[-MAX_RECOMMENDATIONS:]
     up_floor = min(n for t, n in recs if now - t <= policy.scale_up_stabilization_s)
     down_ceiling = max(n for t, n in recs if now - t <= policy.scale_down_stabilization_s)
-    covered = state.recommendations and \
-        now - state.recommendations[0][0] >= HISTORY_COVERAGE * policy.scale_down_stabilization_s
+    hist_since = state.history_since
+    if hist_since is None and state.recommendations:
+        hist_since = state.recommendations[0][0]  # state written before historySince
+    if hist_since is None or not state.recommendations:
+        hist_since = now
+    covered = now - hist_since >= HISTORY_COVERAGE * policy.scale_down_stabilization_s
     if not covered:
         # History shorter than the window (new service, or status lost): the current
         # replicas count as the window's wish, so the first scale-down waits a whole window.
@@ -280,6 +291,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         last_good_limit=limit,
         last_good_time=now,
         recommendations=recs,
+        history_since=hist_since,
         last_scale_time=now if direction else state.last_scale_time,
         last_scale_direction=direction or state.last_scale_direction,
         speed=speed,
@@ -288,7 +300,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         correction=correction,
         limit_bias=bias,
         limits=limits,
-        rates=rates,
+        rates=kept_next,
         prompt_tokens=prompt,
         output_tokens=output,
         last_waiting=waiting,

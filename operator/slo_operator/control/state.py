@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Bounded history sizes keep status small whatever the cycle period.
-MAX_RECOMMENDATIONS = 64
-MAX_RATES = 40
+MAX_RECOMMENDATIONS = 128  # runs of equal wishes, not cycles (see law)
+MAX_RATES = 48
 MAX_LIMITS = 10
 STATE_VERSION = 1
 
@@ -26,7 +26,8 @@ class ControlState:
     last_good_replicas: int | None = None  # last valid decision, held on metric outages
     last_good_limit: int | None = None
     last_good_time: float | None = None
-    recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) for stabilization
+    recommendations: tuple[tuple[float, int], ...] = ()  # (last time, replicas) per run
+    history_since: float | None = None  # when the recommendation history began
     last_scale_time: float | None = None
     last_scale_direction: int = 0  # +1 up, -1 down, 0 never scaled
     speed: float = 1.0  # learnt speed of a replica relative to the seed step times
@@ -52,6 +53,7 @@ class ControlState:
                 "time": self.last_good_time,
             },
             "recommendations": [[_r(t), n] for t, n in self.recommendations],
+            "historySince": _opt(self.history_since),
             "lastScale": None if self.last_scale_time is None else {
                 "time": _r(self.last_scale_time), "direction": self.last_scale_direction,
             },
@@ -84,6 +86,7 @@ class ControlState:
             last_good_limit=_int(good.get("limit"), lo=1),
             last_good_time=_num(good.get("time")),
             recommendations=_pairs(data.get("recommendations"), int)[-MAX_RECOMMENDATIONS:],
+            history_since=_num(data.get("historySince")),
             last_scale_time=_num(scale.get("time")),
             last_scale_direction=max(-1, min(1, _int(scale.get("direction")) or 0)),
             speed=_num(data.get("speed"), lo=0.05, hi=20.0) or 1.0,

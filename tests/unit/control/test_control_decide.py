@@ -268,3 +268,19 @@ def test_a_rising_load_is_planned_a_cold_start_ahead() -> None:
     assert up.need is not None and level.need is not None
     # 0.1 req/s per second over a 60 s cold start plus a 60 s window: about 12 req/s more.
     assert up.need - level.need == pytest.approx(12 / PER_REPLICA, rel=0.25)
+
+
+def test_a_short_cycle_still_scales_in_after_the_window() -> None:
+    """With a 2 s cycle, 300 s of wishes are 150 decisions: the history keeps runs of
+    equal wishes, so it spans the window and the scale-in comes when it should."""
+    pol, state = make_policy(), ControlState()
+    replicas, t, scaled_in_at = 4, T0, None
+    while t < T0 + 400 and scaled_in_at is None:
+        d = decide(make_obs(desired=replicas, rate=5.0, now=t), pol, state, t)
+        state = d.state
+        if d.replicas < replicas:
+            scaled_in_at = t - T0
+        replicas = d.replicas
+        t += 2.0
+    assert scaled_in_at is not None and 270 <= scaled_in_at <= 302
+    assert len(state.recommendations) < 10
