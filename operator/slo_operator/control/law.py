@@ -42,6 +42,8 @@ SPEED_MIN, SPEED_MAX = 0.33, 3.0
 SATURATED_SHARE = 0.5  # replicas count as saturated from this share of the batch limit
 # Share of the scale-down window the recommendation history must span to be trusted.
 HISTORY_COVERAGE = 0.9
+MAX_TOKENS_PER_REQUEST = 10_000_000.0
+MAX_NEED = 1_000_000.0  # replicas; beyond any bound a policy can set (1000)
 # Request shape smoothing: a window of SHAPE_REQUESTS requests moves the mean halfway.
 SHAPE_REQUESTS = 100.0
 SHAPE_ALPHA_MIN, SHAPE_ALPHA_MAX = 0.05, 0.5
@@ -178,6 +180,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     settling = in_flight or obs.replicas.warming > 0 or draining or model_need > cur
     correction = _correct(state.correction, err, settling)
     need = demand * correction / per_replica if per_replica > 0 else float(policy.max_replicas)
+    need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
 
     lo, hi = policy.min_replicas, policy.max_replicas
     limited = _Limited()
@@ -335,7 +338,7 @@ def _hold(obs: Observation, policy: ControlPolicy, state: ControlState, now: flo
         held = cur
     held = max(policy.min_replicas, min(policy.max_replicas, held))
     limit = obs.batch_limit if policy.batching_mode == "off" or state.last_good_limit is None \
-        else state.last_good_limit
+        else _in_range(state.last_good_limit, obs, policy)
     return Decision(
         valid=False, replicas=held, batch_limit=limit, reason=reason,
         message=f"{message}; holding {held} replica(s) and batch limit {limit}",
@@ -348,7 +351,8 @@ def _bring_up(obs: Observation, policy: ControlPolicy, state: ControlState,
     """No replica serves yet (new service, or scaled to zero): run the minimum."""
     cur = obs.replicas.desired
     target = max(policy.min_replicas, min(cur, policy.max_replicas))
-    limit = obs.batch_limit
+    limit = obs.batch_limit if policy.batching_mode == "off" else \
+        _in_range(obs.batch_limit, obs, policy)
     if target == 0:
         return Decision(valid=True, replicas=0, batch_limit=limit, reason=R.SCALED_TO_ZERO_REASON,
                         message="no replicas and no series: scaled to zero", state=state)
@@ -358,6 +362,12 @@ def _bring_up(obs: Observation, policy: ControlPolicy, state: ControlState,
         state=state.evolve(last_good_replicas=target, last_good_limit=limit,
                            last_good_time=now),
     )
+
+
+def _in_range(limit: int, obs: Observation, policy: ControlPolicy) -> int:
+    """``limit`` within minBatch..min(maxBatch, --max-num-seqs)."""
+    ceiling = max(1, min(policy.max_batch, obs.max_batch))
+    return max(max(1, min(policy.min_batch, ceiling)), min(ceiling, limit))
 
 
 # --- model pieces -------------------------------------------------------------------------
@@ -373,7 +383,9 @@ def _per_request(token_rate: float | None, lam: float) -> float | None:
     if token_rate is None or lam <= 0 or not math.isfinite(token_rate):
         return None
     v = token_rate / lam
-    return v if v > 0 else None
+    # A rate of a few requests over a whole window divides badly: beyond any context
+    # length a model has, the ratio is noise.
+    return v if 0 < v <= MAX_TOKENS_PER_REQUEST else None
 
 
 def _learn_speed(obs: Observation, seed: StepTimes, prompt: float, speed: float,

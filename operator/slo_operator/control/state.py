@@ -83,7 +83,7 @@ class ControlState:
         extra = data.get("extra")
         return cls(
             last_good_replicas=_int(good.get("replicas"), lo=0),
-            last_good_limit=_int(good.get("limit"), lo=1),
+            last_good_limit=_int(good.get("limit"), lo=0),
             last_good_time=_num(good.get("time")),
             recommendations=_pairs(data.get("recommendations"), int)[-MAX_RECOMMENDATIONS:],
             history_since=_num(data.get("historySince")),
@@ -117,7 +117,7 @@ def _r(t: float) -> float:
 
 
 def _opt(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)
+    return None if x is None or not math.isfinite(x) else round(x, 3)
 
 
 def _num(x: Any, lo: float | None = None, hi: float | None = None) -> float | None:
