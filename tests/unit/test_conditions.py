@@ -8,7 +8,7 @@ import pytest
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import DeploymentObs, PodObs
-from slo_operator.api.conditions import Cond, merge_conditions, transitions
+from slo_operator.api.conditions import Cond, merge_conditions, rfc3339, transitions
 from slo_operator.reconcile.status import rollout_conditions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -97,3 +97,37 @@ def test_unknown_status_is_written_as_unknown() -> None:
     assert (merged[0].status, merged[0].reason, merged[0].message) == (
         "Unknown", C.AWAITING_METRICS, "m")
     assert merged[0].observed_generation == 4
+
+
+def test_every_condition_type_and_reason_is_documented_by_its_wire_value() -> None:
+    """Users match on these strings (kubectl, alerts, Argo CD): each constant's value is
+    in the status reference, so renaming one without the docs fails here."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "status-and-events.md").read_text()
+    values = {k: v for k, v in vars(C).items()
+              if k.isupper() and not k.startswith("_") and isinstance(v, str)}
+    assert len(values) > 30
+    missing = {k: v for k, v in values.items() if f"`{v}`" not in doc}
+    assert missing == {}
+    # The wire values users already rely on stay what they are.
+    assert (C.READY, C.SLO_COMPLIANT, C.METRICS_AVAILABLE, C.SCALING_LIMITED) == (
+        "Ready", "SLOCompliant", "MetricsAvailable", "ScalingLimited")
+    assert (C.APPLY_FAILED, C.SCALED, C.BATCH_LIMIT_CHANGED, C.AWAITING_METRICS) == (
+        "ApplyFailed", "Scaled", "BatchLimitChanged", "AwaitingMetrics")
+
+
+def test_condition_order_puts_ready_first_and_unknown_types_last() -> None:
+    conds = merge_conditions([], [Cond("Zeta", True, "X"), Cond(C.SCALING_LIMITED, False, "Y"),
+                                  Cond(C.READY, True, C.AVAILABLE),
+                                  Cond(C.PROGRESSING, False, C.RECONCILED)], T0, 1)
+    assert [c.type for c in conds] == [C.READY, C.PROGRESSING, C.SCALING_LIMITED, "Zeta"]
+
+
+def test_event_type_sets() -> None:
+    assert {C.READY, C.SPEC_VALID, C.POLICY_BOUND, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT,
+            C.METRICS_AVAILABLE} == C.WARN_WHEN_FALSE
+    assert {C.SCALING_LIMITED} == C.WARN_WHEN_TRUE
+    assert {C.UNKNOWN_GPU} == C.WARNING_REASONS
+    assert C.PROGRESSING not in C.NORMAL_EVENT_TYPES and C.READY in C.NORMAL_EVENT_TYPES
+    assert rfc3339(datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)) == "2026-03-04T05:06:07Z"
