@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from slo_operator.devenv.loadgen import LoadResult, LoadSpec, replay
 from slo_operator.sim.traces import Trace
 
-# Answers still outstanding when the replay stops are awaited at most this long.
+# A request that has no answer after this long counts as failed.
 REQUEST_TIMEOUT_S = 60.0
+# How long stopping waits for answers in flight (after the cool-down there are none; on
+# Ctrl-C the user is waiting).
+STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,9 @@ class Replay:
         self._started.wait(timeout=10)
         return self
 
-    def stop(self, timeout: float = REQUEST_TIMEOUT_S + 5) -> None:
-        """Stop sending; wait (bounded) for the answers in flight."""
+    def stop(self, timeout: float = STOP_WAIT_S) -> None:
+        """Stop sending; wait briefly for answers in flight (the replicas stop next, which
+        ends any request still open)."""
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)
