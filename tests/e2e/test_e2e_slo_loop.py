@@ -122,7 +122,7 @@ def test_load_step_scales_out_meets_the_slo_then_scales_in_after_stabilization(
 
     schedule = (constant_rate(LOW_RPS, STEP_AT, PROMPT, OUTPUT)
                 + constant_rate(HIGH_RPS, DROP_AT - STEP_AT, PROMPT, OUTPUT, start=STEP_AT)
-                + constant_rate(LOW_RPS, 150, PROMPT, OUTPUT, start=DROP_AT))
+                + constant_rate(LOW_RPS, 250, PROMPT, OUTPUT, start=DROP_AT))
     bg = Background(schedule, e2e, namespace, "burst").start()
     load.append(bg)
 
