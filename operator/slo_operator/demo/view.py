@@ -101,10 +101,11 @@ def summary_table(summaries: Sequence[ServiceSummary],
     """The end-of-run table; ``client`` adds what the load generator saw per service."""
     client = client or {}
     table = Table(title="Summary", header_style="bold cyan")
-    for col in ("service", "GPU", "scale-outs", "scale-ins", "limit changes", "replicas",
-                "replica-s", "live limit", "max P99 ms", "max TTFT ms", "SLO met",
-                "requests ok/sent"):
-        table.add_column(col, justify="left" if col in ("service", "GPU") else "right")
+    for col in ("service", "GPU", "scale\nouts", "scale\nins", "limit\nchanges", "replicas",
+                "replica\nseconds", "live\nlimit", "max P99\nms", "max TTFT\nms", "SLO\nmet",
+                "requests\nok/sent"):
+        name = col in ("service", "GPU")
+        table.add_column(col, justify="left" if name else "right", no_wrap=True)
     for s in summaries:
         table.add_row(
             s.service,
