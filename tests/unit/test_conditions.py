@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -106,8 +107,9 @@ def test_every_condition_type_and_reason_is_documented_by_its_wire_value() -> No
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "status-and-events.md").read_text()
     values = {k: v for k, v in vars(C).items()
-              if k.isupper() and not k.startswith("_") and isinstance(v, str)}
+              if k.isupper() and not k.startswith("_") and not isinstance(v, frozenset)}
     assert len(values) > 30
+    assert {k for k, v in values.items() if not isinstance(v, str) or not v} == set()
     missing = {k: v for k, v in values.items() if f"`{v}`" not in doc}
     assert missing == {}
     # The wire values users already rely on stay what they are.
@@ -131,3 +133,10 @@ def test_event_type_sets() -> None:
     assert {C.UNKNOWN_GPU} == C.WARNING_REASONS
     assert C.PROGRESSING not in C.NORMAL_EVENT_TYPES and C.READY in C.NORMAL_EVENT_TYPES
     assert rfc3339(datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)) == "2026-03-04T05:06:07Z"
+
+
+def test_a_decided_condition_is_an_immutable_value() -> None:
+    c = Cond(C.READY, True, C.AVAILABLE)
+    assert c.message == ""
+    with pytest.raises(FrozenInstanceError):
+        c.reason = C.NOT_READY  # type: ignore[misc]
