@@ -15,6 +15,7 @@ from slo_operator.reconcile.status import (
     action_events,
     append_decision,
     choose_events,
+    hardware_condition,
     metrics_condition,
     observed_status,
     policy_condition,
@@ -59,7 +60,7 @@ def test_choose_events(changed: Condition, want: str | None) -> None:
 
 def test_policy_condition_names_the_field_of_a_bad_policy() -> None:
     policy, c = policy_condition("ns", "gold", {"spec": {"scaling": {"minReplicas": -1}}})
-    assert policy is None and c.reason == C.POLICY_INVALID
+    assert policy is None and c.reason == C.POLICY_INVALID and c.status is False
     assert "scaling.minReplicas" in c.message
 
 
@@ -146,3 +147,17 @@ def test_action_events(old: int | None, new: int, old_limit: int | None, new_lim
     assert all(e.type == "Normal" and e.message.endswith("LoadIncreased: because") for e in got)
     if C.SCALED in want:
         assert f"from {old} to {new} replicas" in got[0].message
+
+
+def test_hardware_condition_says_conservative_only_for_unknown_products() -> None:
+    known = hardware_condition(True, "ignored", "H100-SXM-80GB", 2, 8, "dtype bfloat16")
+    assert known.message == "H100-SXM-80GB pool (2 nodes, 8 GPUs each): dtype bfloat16"
+    assert known.reason == C.HARDWARE_FOUND
+    unknown = hardware_condition(False, "X900 is not in the catalogue", "X900", 1, 4, "d")
+    assert unknown.message.startswith("X900 is not in the catalogue; conservative settings: ")
+    assert unknown.reason == C.UNKNOWN_GPU and unknown.status is True
+
+
+def test_usable_metrics_never_claim_a_hold() -> None:
+    c = metrics_condition(Signals(state=MetricsState.OK, message="fine"), held=True)
+    assert c.message == "fine"
