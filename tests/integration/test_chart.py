@@ -44,3 +44,31 @@ def test_helm_install_creates_a_running_operator_deployment(cluster: LocalCluste
         assert pod_spec["securityContext"]["runAsNonRoot"] is True
     finally:
         cluster.helm("uninstall", "slo", "-n", ns, "--wait")
+
+
+def test_pod_monitor_gives_vllm_targets_the_labels_the_slo_loop_groups_by(
+    cluster: LocalCluster,
+) -> None:
+    import re
+
+    from slo_runtime.contract import LABEL_SERVICE, LABEL_TENANT, MANAGED_BY
+
+    out = cluster.helm("template", "slo", str(CHART), "-n", "slo-system",
+                       "--set", "podMonitor.enabled=true",
+                       "--show-only", "templates/podmonitor.yaml").stdout
+    pm = yaml.safe_load(out)
+    assert pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == MANAGED_BY
+    endpoints = pm["spec"]["podMetricsEndpoints"]
+    assert sorted(e["path"] for e in endpoints) == ["/engine/metrics", "/metrics"]
+
+    def meta(label: str) -> str:  # Prometheus' service-discovery name for a pod label
+        return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+    for e in endpoints:
+        mapping = {r["targetLabel"]: r["sourceLabels"][0] for r in e["relabelings"]}
+        assert mapping == {
+            "namespace": "__meta_kubernetes_namespace",
+            "pod": "__meta_kubernetes_pod_name",
+            "service": meta(LABEL_SERVICE),
+            "tenant": meta(LABEL_TENANT),
+        }
