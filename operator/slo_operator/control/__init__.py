@@ -11,7 +11,7 @@ Public interface::
 from slo_operator.control.arbitrate import GpuRequest, Grant, arbitrate
 from slo_operator.control.capacity import StepTimes, seed_step_times
 from slo_operator.control.law import Decision, decide
-from slo_operator.control.policy import ControlPolicy, policy_for
+from slo_operator.control.policy import ControlPolicy, policy_for, replica_bounds
 from slo_operator.control.state import ControlState
 
 __all__ = [
@@ -24,5 +24,6 @@ __all__ = [
     "arbitrate",
     "decide",
     "policy_for",
+    "replica_bounds",
     "seed_step_times",
 ]

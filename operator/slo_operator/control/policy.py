@@ -45,6 +45,18 @@ class ControlPolicy:
     restart_interval_s: float = 1800.0  # least time between two restart-mode limit changes
 
 
+def replica_bounds(spec: SLOPolicySpec, bounds: ReplicaBounds | None = None) -> tuple[int, int]:
+    """(min, max) replicas: the policy's scaling range narrowed by the service's bounds."""
+    lo, hi = spec.scaling.min_replicas, spec.scaling.max_replicas
+    if bounds is not None:
+        if bounds.max is not None:
+            hi = min(hi, bounds.max)
+        if bounds.min is not None:
+            lo = max(lo, bounds.min)
+    # Bounds that miss the policy's range: the tighter maximum wins (the platform's cap).
+    return min(lo, hi), hi
+
+
 def policy_for(
     spec: SLOPolicySpec,
     bounds: ReplicaBounds | None = None,
@@ -53,13 +65,7 @@ def policy_for(
 ) -> ControlPolicy:
     """Control policy of one service: the policy's scaling narrowed by the service bounds."""
     o, s, b = spec.objectives, spec.scaling, spec.batching
-    lo, hi = s.min_replicas, s.max_replicas
-    if bounds is not None:
-        if bounds.max is not None:
-            hi = min(hi, bounds.max)
-        if bounds.min is not None:
-            lo = max(lo, bounds.min)
-    lo = min(lo, hi)  # bounds that miss the policy's range: the tighter maximum wins
+    lo, hi = replica_bounds(spec, bounds)
     return ControlPolicy(
         e2e_target_ms=float(o.e2e_latency_p99_ms),
         ttft_target_ms=float(o.ttft_p95_ms),

@@ -17,6 +17,7 @@ from slo_operator.api.models import (
     InferenceServiceSpec,
     SLOPolicySpec,
 )
+from slo_operator.control import replica_bounds
 from slo_operator.engine import (
     BatchBounds,
     EngineError,
@@ -382,11 +383,5 @@ def _product_label(pool: Pool) -> str:
 
 
 def initial_replicas(spec: InferenceServiceSpec, policy: SLOPolicySpec) -> tuple[int, int]:
-    """(min, max) replicas: the service's bounds narrow the policy's."""
-    lo = policy.scaling.min_replicas
-    hi = policy.scaling.max_replicas
-    if spec.replicas.min is not None:
-        lo = max(lo, spec.replicas.min)
-    if spec.replicas.max is not None:
-        hi = min(hi, spec.replicas.max)
-    return lo, max(lo, hi)
+    """(min, max) replicas: the service's bounds narrow the policy's (the loop's own rule)."""
+    return replica_bounds(policy, spec.replicas)
