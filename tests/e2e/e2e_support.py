@@ -30,13 +30,13 @@ from tests.integration.operator_support import (
 )
 from tests.support.cluster import LocalCluster
 
+from slo_operator.api.models import GROUP
 from slo_operator.devenv.loadgen import LoadResult, LoadSpec, TraceRequest, replay
 from slo_operator.devenv.prometheus import PrometheusServer
 from slo_operator.devenv.replicas import ReplicaHarness
 
 __all__ = ["E2E", "GROUP", "e2e", "run_load"]
 
-GROUP = "inference.slo-operator.io"
 RECONCILE_INTERVAL_S = 2.0
 COLD_START_S = 1.0
 STEP_SPEED = 1.0

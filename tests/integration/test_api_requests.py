@@ -25,8 +25,9 @@ from tests.integration.operator_support import (
 )
 from tests.support.cluster import LocalCluster
 
+from slo_operator.api.models import GROUP
+
 pytestmark = pytest.mark.integration
-GROUP = "inference.slo-operator.io"
 # What the operator reads or writes. Status subresources of pods, deployments and nodes
 # are written by kwok and the controller manager, never by the operator.
 RESOURCES = {"inferenceservices", "slopolicies", "deployments", "services",

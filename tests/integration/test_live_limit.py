@@ -16,6 +16,7 @@ from tests.integration.operator_support import install_crds
 from tests.support.cluster import LocalCluster, free_port
 
 from slo_operator.adapters.kube import Kube
+from slo_operator.api.models import GROUP
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.reconcile.status import SLOUpdate
@@ -28,7 +29,6 @@ from slo_runtime.contract import (
 )
 
 pytestmark = pytest.mark.integration
-GROUP = "inference.slo-operator.io"
 APPLIED = AppliedCache()  # one operator's memory of what it applied
 
 

@@ -23,8 +23,9 @@ from tests.integration.operator_support import (
 )
 from tests.support.cluster import LocalCluster
 
+from slo_operator.api.models import GROUP
+
 pytestmark = pytest.mark.integration
-GROUP = "inference.slo-operator.io"
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,12 @@ from tests.integration.operator_support import (
 from tests.support.cluster import LocalCluster
 
 from slo_operator.adapters.kube import Kube, load_api_client
+from slo_operator.api.models import GROUP
 from slo_operator.reconcile.policy import reconcile_policy_sync
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 
 pytestmark = pytest.mark.integration
-GROUP = "inference.slo-operator.io"
 
 
 def _role_cases() -> list[Any]:

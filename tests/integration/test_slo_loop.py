@@ -27,13 +27,13 @@ from tests.support.cluster import LocalCluster
 from tests.unit.reconcile.prom_fake import FakeMetrics, Load
 
 from slo_operator.adapters.kube import Kube
+from slo_operator.api.models import GROUP
 from slo_operator.api.observe import ServiceKey
 from slo_operator.reconcile.loop import observe_and_decide
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 
 pytestmark = pytest.mark.integration
-GROUP = "inference.slo-operator.io"
 OVERLOAD = Load(rate=400.0, e2e_s=3.0, ttft_s=1.0, waiting=40, running=200, output_tokens=5)
 
 
