@@ -272,8 +272,11 @@ def test_natural_long_and_odd_hardware_services_reconcile_to_running_pods(
                                                 service_name(n)),
             timeout=60, desc=f"Service of {name[:40]}", ignore=(ClusterError,))
         assert service["metadata"]["annotations"][ANNOTATION_SERVICE_NAME] == name
-        status = cluster.kubectl_json("get", "infsvc", "-n", namespace, name)["status"]
-        ready = conditions({"status": status})["Ready"]
+        # The Service can exist before the first status write lands: await the condition.
+        ready = cluster.wait_for(
+            lambda n=name: conditions(cluster.kubectl_json("get", "infsvc", "-n", namespace,
+                                                           n)).get("Ready"),
+            timeout=60, desc=f"Ready condition of {name[:40]}")
         assert ready["status"] == "True" or ready["reason"] != "ApplyFailed", ready
 
     def pod_of(name: str) -> dict[str, Any]:
