@@ -4,14 +4,13 @@ Pure: no Kubernetes client, no clock; the only I/O is reading packaged data (the
 captured ``vllm serve`` parser).
 """
 
-from slo_operator.engine.plan import (
+from slo_operator.engine.batching import (
     BATCHED_TOKENS_LARGE_GPU,
     BATCHED_TOKENS_OTHER,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
     cudagraph_capture_sizes,
     default_max_num_batched_tokens,
-    plan_engine,
 )
+from slo_operator.engine.plan import DEFAULT_GPU_MEMORY_UTILIZATION, plan_engine
 from slo_operator.engine.sizing import DEFAULT_CONTEXT_TOKENS, estimate_layers
 from slo_operator.engine.types import (
     KV_CACHE_DTYPES,

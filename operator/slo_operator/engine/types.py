@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from slo_operator.engine.fields import F_TP
+
 Precision = Literal["auto", "bf16", "fp16", "fp8"]
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16"]
 
@@ -44,7 +46,7 @@ class EnginePrefs:
     kv_cache_dtype: KvCacheDtype = "auto"
     tensor_parallel_size: int | None = None
     # The field the user set the tensor-parallel size with (errors name it).
-    tensor_parallel_source: str = "spec.engine.tensorParallelSize"
+    tensor_parallel_source: str = F_TP
     allow_quantization: bool = True
     gpu_memory_utilization: float | None = None
     max_num_batched_tokens: int | None = None
