@@ -6,7 +6,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo render bench test venv binaries lint unit integration crds clean
+.PHONY: demo render bench test venv binaries lint unit integration crds profiles clean
 
 $(BIN)/slo-operator: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -51,3 +51,7 @@ test: venv $(VENV)/.profile-deps binaries lint
 crds: venv
 	$(BIN)/slo-operator crds --out-dir crds
 	cp crds/*.yaml charts/slo-operator/crds/
+
+# The measured node profiles of profiles/ that the operator ships as package data.
+profiles: venv
+	$(BIN)/slo-operator profiles --from profiles --out-dir operator/slo_operator/data/profiles

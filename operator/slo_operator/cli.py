@@ -1,4 +1,4 @@
-"""``slo-operator``: run the operator, print the CRDs, preview what a service becomes."""
+"""``slo-operator``: run the operator, write the CRDs and packaged profiles, preview a service."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from slo_operator.api.crd import all_crds, crd_yaml
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
-from slo_operator.engine.profiles import load_profiles
+from slo_operator.engine.profiles import load_profiles, profile_files
 from slo_operator.hardware import resolve_product
 from slo_operator.reconcile.plan import (
     NodeInfo,
@@ -171,6 +171,33 @@ def crds(out_dir: str | None) -> None:
             click.echo(f"Wrote {path}", err=True)
         return
     click.echo("---\n".join(crd_yaml(c) for c in docs), nl=False)
+
+
+@main.command()
+@click.option("--from", "source", type=click.Path(exists=True, file_okay=False),
+              default="profiles", show_default=True,
+              help="Directory of measured node profiles (slo-runtime profile output).")
+@click.option("--out-dir", type=click.Path(file_okay=False),
+              help="Write the packaged set here, removing any other *.json.")
+def profiles(source: str, out_dir: str | None) -> None:
+    """List, or write, the node profiles the operator ships as package data."""
+    files = profile_files(Path(source))
+    if not out_dir:
+        for name in files:
+            click.echo(name)
+        return
+    out = Path(out_dir)
+    if out.exists() and out.resolve() == Path(source).resolve():
+        raise click.UsageError("--out-dir must not be the --from directory")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in sorted(out.glob("*.json")):
+        if stale.name not in files:
+            stale.unlink()
+            click.echo(f"Removed {stale}", err=True)
+    for name, text in files.items():
+        path = out / name
+        path.write_text(text)
+        click.echo(f"Wrote {path}", err=True)
 
 
 @main.command()

@@ -1,4 +1,4 @@
-"""`slo-operator render` and `crds`: what a GitOps reviewer runs before merging."""
+"""`slo-operator render`, `crds` and `profiles`: what a GitOps reviewer runs before merging."""
 
 from __future__ import annotations
 
@@ -120,6 +120,30 @@ def test_crds_command_matches_committed_files() -> None:
     assert res.exit_code == 0
     committed = sorted((ROOT / "crds").glob("*.yaml"))
     assert res.stdout == "---\n".join(p.read_text() for p in committed)
+
+
+def test_profiles_command_writes_the_packaged_set(tmp_path: Path) -> None:
+    out = tmp_path / "packaged"
+    out.mkdir()
+    (out / "withdrawn.json").write_text("{}")
+    (out / "README.md").write_text("kept")
+    res = run("profiles", "--from", str(ROOT / "profiles"), "--out-dir", str(out))
+    assert res.exit_code == 0, res.output
+    shipped = ROOT / "operator" / "slo_operator" / "data" / "profiles"
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(
+        p.name for p in shipped.glob("*.json"))
+    for path in out.glob("*.json"):
+        assert path.read_text() == (shipped / path.name).read_text()
+    assert (out / "README.md").read_text() == "kept"
+    listed = run("profiles", "--from", str(ROOT / "profiles"))
+    assert listed.stdout.split() == sorted(p.name for p in out.glob("*.json"))
+
+
+def test_profiles_command_refuses_to_write_over_its_source(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text("[]")
+    res = run("profiles", "--from", str(tmp_path), "--out-dir", str(tmp_path))
+    assert res.exit_code == 2
+    assert (tmp_path / "plan.json").exists()
 
 
 def _example_docs() -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from slo_operator.engine.profiles import (
     load_profiles,
     match_profiles,
     parse_profile,
+    profile_files,
     shape_params_billion,
 )
 from slo_operator.reconcile.plan import ServicePlan, plan_service, pool_from_product
@@ -28,12 +29,33 @@ def _profile(**kw: Any) -> dict[str, Any]:
     return base
 
 
-def test_shipped_profiles_equal_the_committed_measurements() -> None:
-    shipped = sorted(p.name for p in SHIPPED.glob("*.json"))
-    committed = sorted(p.name for p in (ROOT / "profiles").glob("h200-llama-*.json"))
-    assert shipped == committed
-    for name in shipped:
-        assert (SHIPPED / name).read_text() == (ROOT / "profiles" / name).read_text()
+def test_packaged_profiles_are_what_generation_writes() -> None:
+    shipped = {p.name: p.read_text() for p in SHIPPED.glob("*.json")}
+    assert shipped == profile_files(ROOT / "profiles"), (
+        f"{SHIPPED} is stale: run `make profiles` "
+        "(slo-operator profiles --from profiles --out-dir operator/slo_operator/data/profiles)"
+    )
+
+
+def test_generation_takes_the_measured_profiles_only() -> None:
+    # Beside them in profiles/: the probe, the plan (a JSON list) and the run's log.
+    assert sorted(profile_files(ROOT / "profiles")) == [
+        "h200-llama-3.1-70b-ctx1024.json",
+        "h200-llama-3.1-8b-ctx1024.json",
+        "h200-llama-3.1-8b-ctx4096.json",
+    ]
+    assert len(load_profiles(ROOT / "profiles")) == 3
+
+
+def test_profile_files_leave_out_what_load_profiles_skips(tmp_path: Path) -> None:
+    (tmp_path / "good.json").write_text(json.dumps(_profile()))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "bad-knees.json").write_text(json.dumps(_profile(knee_batch=[1])))
+    (tmp_path / "unknown-gpu.json").write_text(json.dumps(_profile(device="Nonexistent X1")))
+    (tmp_path / "notes.txt").write_text(json.dumps(_profile()))
+    assert profile_files(tmp_path) == {"good.json": json.dumps(_profile())}
+    assert [p.source for p in load_profiles(tmp_path)] == ["good.json"]
 
 
 def test_shipped_profiles_load_and_resolve_to_the_catalogue() -> None:

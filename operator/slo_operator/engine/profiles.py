@@ -5,15 +5,17 @@ proof that FP8 is faster for a model on it (``../shared/calibration``). Where a 
 of the same GPU product and a similar model size exists, its ``fp8_recommended`` decides
 what ``precision: auto`` means. The profile format is ``docs/profile-format.md``.
 
-Pure apart from reading profile files; the operator ships the profiles in ``profiles/``
-as package data and can be pointed at more (``SLO_PROFILES_DIR``).
+Pure apart from reading profile files; the operator ships the node profiles of
+``profiles/`` as package data (``slo_operator/data/profiles``, written by ``slo-operator
+profiles``: the files ``load_profiles`` uses, not the probe, plan or log beside them) and
+can be pointed at more (``SLO_PROFILES_DIR``).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -52,8 +54,10 @@ def shape_params_billion(model: Mapping[str, Any]) -> float:
     return (layers * (attention + mlp) + embeddings) / 1e9
 
 
-def parse_profile(data: Mapping[str, Any], source: str) -> NodeProfile | None:
-    """None for files that are not node profiles or name a GPU the catalogue lacks."""
+def parse_profile(data: object, source: str) -> NodeProfile | None:
+    """Read one profile document; None if it is no node profile or names an unknown GPU."""
+    if not isinstance(data, Mapping):
+        return None
     if not str(data.get("format", "")).startswith("slo-runtime-profile/"):
         return None
     resolved = resolve_product(str(data.get("device", "")))
@@ -71,22 +75,40 @@ def parse_profile(data: Mapping[str, Any], source: str) -> NodeProfile | None:
     )
 
 
-def load_profiles(directory: Path | None = None) -> tuple[NodeProfile, ...]:
-    """Profiles from ``directory``, or the ones shipped with the operator."""
-    if directory is None:
-        root = resources.files("slo_operator") / "data" / "profiles"
-        texts = [(p.name, p.read_text()) for p in root.iterdir() if p.name.endswith(".json")]
-    else:
-        texts = [(p.name, p.read_text()) for p in sorted(directory.glob("*.json"))]
+def _parsed(texts: Iterable[tuple[str, str]]) -> list[tuple[str, str, NodeProfile]]:
+    """(name, text, profile) of the node profiles among ``texts``, by name."""
     out = []
     for name, text in sorted(texts):
         try:
             profile = parse_profile(json.loads(text), name)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a broken file must not stop the operator; it is simply not used
         if profile is not None:
-            out.append(profile)
-    return tuple(out)
+            out.append((name, text, profile))
+    return out
+
+
+def _directory_texts(directory: Path) -> list[tuple[str, str]]:
+    return [(p.name, p.read_text()) for p in sorted(directory.glob("*.json"))]
+
+
+def load_profiles(directory: Path | None = None) -> tuple[NodeProfile, ...]:
+    """Load the node profiles from ``directory``, or the ones shipped with the operator."""
+    if directory is None:
+        root = resources.files("slo_operator") / "data" / "profiles"
+        texts = [(p.name, p.read_text()) for p in root.iterdir() if p.name.endswith(".json")]
+    else:
+        texts = _directory_texts(directory)
+    return tuple(profile for _, _, profile in _parsed(texts))
+
+
+def profile_files(directory: Path) -> dict[str, str]:
+    """Select the node-profile files of ``directory`` (name -> text), as shipped.
+
+    These are the files ``load_profiles`` uses; probes, plans, logs and broken files
+    beside them are left out. ``slo-operator profiles`` writes this set as package data.
+    """
+    return {name: text for name, text, _ in _parsed(_directory_texts(directory))}
 
 
 def match_profiles(
