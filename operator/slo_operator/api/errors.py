@@ -9,6 +9,8 @@ from pydantic import ValidationError
 
 @dataclass(frozen=True)
 class FieldProblem:
+    """One invalid field: its dotted CRD path and what is wrong with it."""
+
     field: str
     message: str
 
@@ -50,4 +52,5 @@ def field_problems(err: ValidationError, prefix: str = "spec") -> list[FieldProb
 
 
 def summarize(problems: list[FieldProblem]) -> str:
+    """Join problems into one message (``field: message; ...``)."""
     return "; ".join(str(p) for p in problems)

@@ -27,6 +27,8 @@ class MetricsState(StrEnum):
 
 @dataclass(frozen=True)
 class ServiceKey:
+    """Identify one InferenceService by namespace and name (``namespace/name``)."""
+
     namespace: str
     name: str
 

@@ -114,8 +114,11 @@ def profile_files(directory: Path) -> dict[str, str]:
 def match_profiles(
     product: str, params_billion: float, profiles: Sequence[NodeProfile]
 ) -> tuple[NodeProfile, ...]:
-    """Profiles of this GPU product at the model size nearest to ``params_billion``
-    (within tolerance), one per measured context length; empty when none applies."""
+    """Find the profiles of this GPU product at the model size nearest ``params_billion``.
+
+    Only sizes within ``SIZE_TOLERANCE`` count; one profile per measured context length;
+    empty when none applies.
+    """
     scored = []
     for p in profiles:
         if p.product != product or params_billion <= 0 or p.params_billion <= 0:

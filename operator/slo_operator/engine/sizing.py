@@ -104,7 +104,7 @@ def model_shape(
     num_kv_heads: int | None,
     head_dim: int | None,
 ) -> ModelShape:
-    """Given facts win; missing ones are estimated (see module constants)."""
+    """Build the model's shape: given facts win, missing ones are estimated (module constants)."""
     estimated = num_layers is None or num_kv_heads is None or head_dim is None
     return ModelShape(
         num_layers=num_layers if num_layers is not None else estimate_layers(params_billion),
@@ -126,9 +126,11 @@ def weight_gib(params_billion: float, bytes_per_param: float) -> float:
 
 
 def kv_heads_per_gpu(num_kv_heads: int, tp: int) -> int:
-    """KV heads held by one rank: vLLM replicates KV heads when TP exceeds them
-    (vllm/model_executor/layers/linear.py QKVParallelLinear: num_kv_heads = max(1,
-    total_num_kv_heads // tp_size))."""
+    """Count the KV heads one tensor-parallel rank holds.
+
+    vLLM replicates KV heads when TP exceeds them (vllm/model_executor/layers/linear.py
+    QKVParallelLinear: num_kv_heads = max(1, total_num_kv_heads // tp_size)).
+    """
     return max(1, num_kv_heads // tp)
 
 

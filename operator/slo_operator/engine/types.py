@@ -21,8 +21,11 @@ KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What is known about the model. Missing layer/head facts are estimated from
-    ``params_billion`` (see ``slo_operator.engine.sizing.estimate_shape``)."""
+    """What is known about the model.
+
+    Missing layer/head facts are estimated from ``params_billion`` (see
+    ``slo_operator.engine.sizing.model_shape``).
+    """
 
     name: str
     served_name: str | None = None
@@ -88,8 +91,10 @@ class BatchBounds:
 
 @dataclass(frozen=True)
 class Note:
-    """Why a setting was chosen, or a user override. ``field`` is a CRD path or an
-    engine option name; ``reason`` is a CamelCase constant."""
+    """Why a setting was chosen, or a user override.
+
+    ``field`` is a CRD path or an engine option name; ``reason`` is a CamelCase constant.
+    """
 
     field: str
     reason: str

@@ -185,6 +185,8 @@ class _Row(BaseModel):
 
 @dataclass(frozen=True)
 class CatalogueEntry:
+    """Describe one catalogue product: its hardware class and the names that find it."""
+
     hardware: HardwareClass
     labels: tuple[str, ...]
     aliases: tuple[str, ...]
@@ -263,6 +265,8 @@ def _build(row: _Row) -> CatalogueEntry:
 
 @dataclass(frozen=True)
 class Catalogue:
+    """Index the known GPU products by normalised name and by PCI device id."""
+
     entries: tuple[CatalogueEntry, ...]
     by_key: dict[str, CatalogueEntry]
     by_device_id: dict[str, CatalogueEntry]
@@ -312,4 +316,5 @@ def load_catalogue() -> Catalogue:
 
 
 def with_memory(hw: HardwareClass, memory_gib: float) -> HardwareClass:
+    """Return ``hw`` with its per-device memory replaced by ``memory_gib``."""
     return replace(hw, memory_gib=memory_gib)

@@ -389,8 +389,11 @@ def _mig_profile_pool(labels: Mapping[str, str], profile: str) -> HardwareResolu
 
 
 def classify_node_pools(labels: Mapping[str, str]) -> list[HardwareResolution]:
-    """Every GPU pool a node offers: one per MIG profile on a mixed-strategy node (each a
-    separate device-plugin resource), else the node's one class. Never raises."""
+    """List every GPU pool a node offers. Never raises.
+
+    One per MIG profile on a mixed-strategy node (each a separate device-plugin resource),
+    else the node's one class.
+    """
     res = classify_node(labels)
     if res.hardware is None or not res.mig_profiles:
         return [res]

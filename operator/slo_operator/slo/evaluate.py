@@ -28,6 +28,8 @@ from slo_operator.api.observe import MetricsState, Signals
 
 
 class Outcome(StrEnum):
+    """A window's verdict as one history character: good, bad or unknown."""
+
     GOOD = "g"
     BAD = "b"
     UNKNOWN = "u"
@@ -35,6 +37,8 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class Verdict:
+    """The judgement of one window: its outcome, the objectives it violated and why."""
+
     outcome: Outcome
     violations: tuple[str, ...] = ()
     message: str = ""
@@ -144,6 +148,8 @@ def record(history: SLOHistory, outcome: Outcome, now: float, window_s: float,
 
 @dataclass(frozen=True)
 class SLOReport:
+    """Summarise the SLO period: window counts, attainment, error budget, burn rates."""
+
     good: int
     bad: int
     unknown: int

@@ -63,6 +63,8 @@ SUM_LE = "sum"  # pseudo bucket carrying the histogram's _sum rate
 
 @dataclass(frozen=True)
 class Query:
+    """One PromQL query of the cycle, named by the signal it reads (``e2e``, ``ttft``, ...)."""
+
     name: str
     expr: str
 
