@@ -1,9 +1,10 @@
 """Admission gateway: an asyncio reverse proxy in front of vLLM in the same pod.
 
 - A live in-flight limit, read from a file (the downward-API projection of the pod
-  annotation ``inference.slo-operator.io/inflight-limit``) and applied without restart.
-- Per-tenant queues served by weighted fair queuing (stride scheduling); the tenant comes
-  from a header or from the API key.
+  annotation ``inference.slo-operator.io/inflight-limit``) and applied without restart
+  (``slo_runtime.limitwatch``).
+- Per-tenant queues served by weighted fair queuing (stride scheduling,
+  ``slo_runtime.admission``); the tenant comes from a header or from the API key.
 - Responses, streaming ones included, are passed through byte for byte; a client that
   goes away cancels its upstream request; a slow reader only slows itself.
 - Its own TTFT / end-to-end / queue-wait histograms and queue gauges on ``/metrics``.
@@ -12,11 +13,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +30,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
 from slo_runtime import contract
+from slo_runtime.admission import FairAdmission, QueueFull
+from slo_runtime.limitwatch import parse_limit, watch_limit_file
 
 log = logging.getLogger("slo_runtime.gateway")
 
@@ -71,146 +72,6 @@ class GatewayConfig:
     max_queue_per_tenant: int = 4096
     queue_timeout_s: float = 300.0
     probe_file: str | None = None
-
-
-# --- the live limit ------------------------------------------------------------------------
-def parse_limit(text: str) -> int | None:
-    """A positive integer, or None for empty/invalid content (keep the current limit)."""
-    text = text.strip().strip('"')
-    try:
-        n = int(text)
-    except ValueError:
-        return None
-    return n if n > 0 else None
-
-
-async def watch_limit_file(path: str, interval_s: float, apply: Callable[[int], None],
-                           stop: asyncio.Event) -> None:
-    """Re-read the file's *content* every interval.
-
-    kubelet refreshes downward-API volumes by swapping a symlink to a new directory, so
-    an inotify watch on the old inode never fires; polling the content always sees it.
-    """
-    last: str | None = None
-    while not stop.is_set():
-        try:
-            text = await asyncio.to_thread(Path(path).read_text)
-        except OSError:
-            text = None
-        if text is not None and text != last:
-            last = text
-            n = parse_limit(text)
-            if n is None:
-                log.warning("Ignored in-flight limit file %s: %r is not a positive integer",
-                            path, text[:64])
-            else:
-                apply(n)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
-
-
-# --- weighted fair admission -----------------------------------------------------------------
-class QueueFull(Exception):
-    pass
-
-
-@dataclass
-class _Tenant:
-    weight: float
-    queue: deque[asyncio.Future[None]] = field(default_factory=deque)
-    vpass: float = 0.0   # stride-scheduling pass: virtual time this tenant has consumed
-
-
-class FairAdmission:
-    """At most ``limit`` requests in flight; waiting requests leave their tenants' queues
-    in weighted-fair order (stride scheduling: each grant advances the tenant's pass by
-    1/weight; the smallest pass goes next; a tenant returning from idle starts at the
-    current virtual time, so idleness earns no burst credit)."""
-
-    def __init__(self, limit: int, weights: dict[str, float] | None = None,
-                 default_weight: float = 1.0, max_queue: int = 4096):
-        self.limit = limit
-        self.in_flight = 0
-        self.vtime = 0.0
-        self.max_queue = max_queue
-        self.default_weight = default_weight
-        self.tenants: dict[str, _Tenant] = {
-            t: _Tenant(w) for t, w in (weights or {}).items()}
-        self.granted: dict[str, int] = {}
-
-    def _tenant(self, name: str) -> _Tenant:
-        t = self.tenants.get(name)
-        if t is None:
-            t = self.tenants[name] = _Tenant(self.default_weight)
-        return t
-
-    def queued(self, name: str | None = None) -> int:
-        if name is not None:
-            t = self.tenants.get(name)
-            return sum(not f.done() for f in t.queue) if t else 0
-        return sum(self.queued(n) for n in self.tenants)
-
-    def set_limit(self, limit: int) -> None:
-        # Lowering the limit never interrupts running requests; it only withholds grants
-        # until enough of them have finished.
-        self.limit = limit
-        self._dispatch()
-
-    def _grant(self, name: str, t: _Tenant) -> None:
-        self.vtime = max(self.vtime, t.vpass)
-        t.vpass = max(t.vpass, self.vtime) + 1.0 / t.weight
-        self.in_flight += 1
-        self.granted[name] = self.granted.get(name, 0) + 1
-
-    def try_acquire(self, name: str) -> bool:
-        """Grant at once when nothing waits and a slot is free."""
-        t = self._tenant(name)
-        if self.in_flight < self.limit and not any(
-                q.queue for q in self.tenants.values()):
-            t.vpass = max(t.vpass, self.vtime)
-            self._grant(name, t)
-            return True
-        return False
-
-    async def acquire(self, name: str, timeout: float | None = None) -> None:
-        if self.try_acquire(name):
-            return
-        t = self._tenant(name)
-        if len(t.queue) >= self.max_queue:
-            raise QueueFull(name)
-        if not t.queue:
-            t.vpass = max(t.vpass, self.vtime)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        t.queue.append(fut)
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except (asyncio.CancelledError, TimeoutError):
-            if fut.done() and not fut.cancelled():
-                self.release()         # granted in the same instant it was abandoned
-            else:
-                fut.cancel()
-                with contextlib.suppress(ValueError):
-                    t.queue.remove(fut)
-            raise
-
-    def release(self) -> None:
-        self.in_flight -= 1
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        while self.in_flight < self.limit:
-            best: tuple[float, str] | None = None
-            for name, t in self.tenants.items():
-                while t.queue and t.queue[0].done():   # abandoned waiters
-                    t.queue.popleft()
-                if t.queue and (best is None or (t.vpass, name) < best):
-                    best = (t.vpass, name)
-            if best is None:
-                return
-            t = self.tenants[best[1]]
-            fut = t.queue.popleft()
-            self._grant(best[1], t)
-            fut.set_result(None)
 
 
 # --- metrics -----------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from slo_operator.devenv.prometheus import PrometheusServer, Target
 from slo_operator.hardware import classify_node, resolve_product
 from slo_operator.hardware.catalogue import HardwareClass
 from slo_runtime import contract
-from slo_runtime.gateway import Gateway, GatewayConfig, TenantsConfig, parse_limit, start_site
+from slo_runtime.gateway import Gateway, GatewayConfig, TenantsConfig, start_site
+from slo_runtime.limitwatch import parse_limit
 from slo_runtime.replica import Replica
 from slo_runtime.stepmodel import StepModel, load_profiles, select_profile
 

@@ -11,7 +11,9 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from rt_support import Servers, wait_until
 
-from slo_runtime.gateway import FairAdmission, TenantsConfig, TenantSpec, parse_limit
+from slo_runtime.admission import FairAdmission
+from slo_runtime.gateway import TenantsConfig, TenantSpec
+from slo_runtime.limitwatch import parse_limit
 from slo_runtime.replica import LinearSteps
 
 pytestmark = pytest.mark.timeout(60)
