@@ -276,6 +276,10 @@ def render(filename: str, gpu_product: str | None, node_labels: str | None,
         raise InputError(f"{result.field}: {result.message} ({result.reason})")
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
+    if len(result.variants) > 1:
+        others = ", ".join(v.option.product for v in result.variants[1:])
+        click.echo(f"note: replicas start on {result.variants[0].option.product}; they spill "
+                   f"to {others} in that order when it is full (docs/placement.md)", err=True)
     if not meta["uid"]:
         click.echo("note: no metadata.uid in the input: objects carry no ownerReferences "
                    "(the operator sets them to the live InferenceService)", err=True)

@@ -52,6 +52,8 @@ LABEL_SERVICE = f"{GROUP}/service"
 LABEL_TENANT = f"{GROUP}/tenant"
 LABEL_POLICY = f"{GROUP}/policy"
 LABEL_GPU = f"{GROUP}/gpu-product"
+# One Deployment per GPU pool a service runs on (its "variant"); the label tells them apart.
+LABEL_VARIANT = f"{GROUP}/variant"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "slo-operator"
 ANNOTATION_INFLIGHT_LIMIT = f"{GROUP}/inflight-limit"

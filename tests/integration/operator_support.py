@@ -14,6 +14,9 @@ from typing import Any
 import yaml
 from tests.support.cluster import LocalCluster, free_port
 
+from slo_operator.render.names import service_label
+from slo_runtime.contract import LABEL_SERVICE
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "slo-operator"
 OPERATOR_NS = "slo-system"
@@ -108,6 +111,20 @@ class OperatorProcess:
 
 def conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def deployments_of(cluster: LocalCluster, namespace: str, service: str) -> list[dict[str, Any]]:
+    """The service's Deployments: one per GPU pool variant it runs on."""
+    items = cluster.kubectl_json("get", "deploy", "-n", namespace, "-l",
+                                 f"{LABEL_SERVICE}={service_label(service)}")["items"]
+    return list(items)
+
+
+def only_deployment(cluster: LocalCluster, namespace: str, service: str) -> dict[str, Any]:
+    """The Deployment of a service that runs on one GPU pool."""
+    items = deployments_of(cluster, namespace, service)
+    assert len(items) == 1, [d["metadata"]["name"] for d in items]
+    return items[0]
 
 
 def events_for(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:

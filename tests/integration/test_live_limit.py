@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.operator_support import install_crds
+from tests.integration.operator_support import install_crds, only_deployment
 from tests.support.cluster import LocalCluster, free_port
 
 from slo_operator.adapters.kube import Kube
@@ -74,7 +74,7 @@ spec:
     before_pods = _pods(cluster, namespace)
     assert {p["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT] for p in before_pods} == {
         "64"}
-    before_dep = cluster.kubectl_json("get", "deploy", "-n", namespace, "chat-vllm")
+    before_dep = only_deployment(cluster, namespace, "chat")
     # kwok runs no containers: start the gateway exactly as the applied template says,
     # with a kubelet-style downward-API volume fed from the first pod's annotation.
     volume = DownwardVolume(tmp_path / "limit")
@@ -94,7 +94,7 @@ spec:
         gateway.stop()
 
     after_pods = _pods(cluster, namespace)
-    after_dep = cluster.kubectl_json("get", "deploy", "-n", namespace, "chat-vllm")
+    after_dep = only_deployment(cluster, namespace, "chat")
     assert sorted(patched) == sorted(p["metadata"]["name"] for p in before_pods)
     assert {p["metadata"]["annotations"][ANNOTATION_INFLIGHT_LIMIT] for p in after_pods} == {
         "24"}

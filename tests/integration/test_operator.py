@@ -17,9 +17,11 @@ from tests.integration.operator_support import (
     bind_role,
     chart_cluster_role,
     conditions,
+    deployments_of,
     ensure_namespace,
     events_for,
     install_crds,
+    only_deployment,
 )
 from tests.support.cluster import LocalCluster
 
@@ -145,7 +147,7 @@ def test_service_becomes_fp8_deployment_on_h100_nodes(
     ready = wait_condition(cluster, namespace, "chat", "Ready", "True", timeout=120)
     assert ready["reason"] == "Available"
 
-    dep = cluster.kubectl_json("get", "deployment", "-n", namespace, "chat-vllm")
+    dep = only_deployment(cluster, namespace, "chat")
     vllm = dep["spec"]["template"]["spec"]["containers"][0]
     args = yaml.safe_load(next(e["value"] for e in vllm["env"] if e["name"] == "SLO_ENGINE_ARGS"))
     assert args[args.index("--quantization") + 1] == "fp8"
@@ -232,8 +234,7 @@ def test_engine_problems_are_conditions_with_the_field(
     warnings = {e["reason"] for e in events_for(cluster, namespace, "odd")
                 if e["type"] == "Warning"}
     assert "EngineInfeasible" in warnings
-    assert cluster.kubectl("get", "deploy", "-n", namespace, "odd-vllm",
-                           check=False).returncode != 0
+    assert deployments_of(cluster, namespace, "odd") == []
 
 
 def test_missing_policy_waits_then_binds(

@@ -22,6 +22,7 @@ from tests.integration.operator_support import (
     ensure_namespace,
     events_for,
     install_crds,
+    only_deployment,
 )
 from tests.support.cluster import LocalCluster
 from tests.unit.reconcile.prom_fake import FakeMetrics, Load
@@ -77,7 +78,7 @@ spec:
     one_pass(None)
 
     status = one_pass(FakeMetrics({key: OVERLOAD}))
-    dep = cluster.kubectl_json("get", "deploy", "-n", namespace, "chat-vllm")
+    dep = only_deployment(cluster, namespace, "chat")
     assert dep["spec"]["replicas"] == status["desiredReplicas"] == 3
     svc = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat")
     conds = conditions(svc)
@@ -93,8 +94,7 @@ spec:
     one_pass(None)  # the watch-cache view of the new pods: live limits set
 
     uids = {p["metadata"]["uid"] for p in _pods(cluster, namespace)}
-    generation = cluster.kubectl_json("get", "deploy", "-n", namespace,
-                                      "chat-vllm")["metadata"]["generation"]
+    generation = only_deployment(cluster, namespace, "chat")["metadata"]["generation"]
     status = one_pass(FakeMetrics(down=True))
     assert status["desiredReplicas"] == 3
     svc = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat")
@@ -105,8 +105,7 @@ spec:
                 if e["type"] == "Warning"}
     assert "MetricsUnavailable" in warnings
     assert {p["metadata"]["uid"] for p in _pods(cluster, namespace)} == uids
-    assert cluster.kubectl_json("get", "deploy", "-n", namespace,
-                                "chat-vllm")["metadata"]["generation"] == generation
+    assert only_deployment(cluster, namespace, "chat")["metadata"]["generation"] == generation
     api.close()  # type: ignore[no-untyped-call]
 
 

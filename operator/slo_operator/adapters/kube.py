@@ -28,11 +28,14 @@ from slo_operator.api.cluster import (
     Snapshot,
 )
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.control.prices import PRICES_LABEL
 from slo_operator.render.names import ANNOTATION_SERVICE_NAME
 from slo_runtime.contract import (
     ANNOTATION_INFLIGHT_LIMIT,
+    LABEL_GPU,
     LABEL_MANAGED_BY,
     LABEL_SERVICE,
+    LABEL_VARIANT,
     MANAGED_BY,
 )
 
@@ -100,7 +103,19 @@ def deployment_obs(body: Mapping[str, Any]) -> DeploymentObs:
         generation=meta.get("generation") or 0,
         observed_generation=st.get("observedGeneration") or 0,
         spec_replicas=(body.get("spec") or {}).get("replicas"),
+        name=str(meta.get("name", "")),
+        variant=str((meta.get("labels") or {}).get(LABEL_VARIANT, "")),
     )
+
+
+def _pod_gpus(body: Mapping[str, Any]) -> int:
+    """GPUs (or MIG slices, or shared GPUs) the pod's containers ask for."""
+    total = 0
+    for c in (body.get("spec") or {}).get("containers") or []:
+        for res, qty in ((c.get("resources") or {}).get("limits") or {}).items():
+            if "/" in res and any(t in res for t in ("gpu", "mig-", "gaudi")):
+                total += _int_or_none(qty) or 0
+    return total
 
 
 def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
@@ -116,8 +131,22 @@ def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
         if c.get("type") == "Ready" and c.get("status") == "True":
             ready, since = True, _epoch(c.get("lastTransitionTime"))
     raw = (meta.get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
+    labels = meta.get("labels") or {}
     return PodObs(str(meta.get("name", "")), status.get("phase") or "Unknown", unsched, msg,
-                  _int_or_none(raw), ready, since)
+                  _int_or_none(raw), ready, since, variant=str(labels.get(LABEL_VARIANT, "")),
+                  gpu_product=str(labels.get(LABEL_GPU, "")), gpus=_pod_gpus(body))
+
+
+def service_deployments(
+    variants: Mapping[ObjKey, Mapping[str, DeploymentObs]],
+) -> dict[ObjKey, DeploymentObs]:
+    """Each service's variants summed into one view (rollout conditions, the SLO loop)."""
+    out = {}
+    for key, by_variant in variants.items():
+        total = DeploymentObs.total([by_variant[v] for v in sorted(by_variant)])
+        if total is not None:
+            out[key] = total
+    return out
 
 
 def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
@@ -184,13 +213,14 @@ class Kube:
     def read_snapshot(self) -> Snapshot:
         """One LIST per kind, cluster-wide: what the watch caches hold, read directly
         (for tools and tests that run a reconcile without the operator's caches)."""
-        deployments: dict[ObjKey, DeploymentObs] = {}
+        variants: dict[ObjKey, dict[str, DeploymentObs]] = {}
         dep_list = self._wire(self.apps.list_deployment_for_all_namespaces(
             label_selector=OWNED_SELECTOR))
         for d in dep_list.get("items", []):
             key = owner_key(d)
             if key:
-                deployments[key] = deployment_obs(d)
+                dep = deployment_obs(d)
+                variants.setdefault(key, {})[dep.variant] = dep
         pods: dict[ObjKey, list[PodObs]] = {}
         pod_list = self._wire(self.core.list_pod_for_all_namespaces(
             label_selector=OWNED_SELECTOR))
@@ -199,12 +229,20 @@ class Kube:
             if key and obs:
                 pods.setdefault(key, []).append(obs)
         nodes = [node_info(n) for n in self._wire(self.core.list_node()).get("items", [])]
+        prices = {
+            f"{c['metadata']['namespace']}/{c['metadata']['name']}":
+                {str(k): str(v) for k, v in (c.get("data") or {}).items()}
+            for c in self._wire(self.core.list_config_map_for_all_namespaces(
+                label_selector=f"{PRICES_LABEL}=true")).get("items", [])
+        }
         return Snapshot(
             services={obj_key(s): s for s in self.list_custom("InferenceService")},
             policies={obj_key(p): p for p in self.list_custom("SLOPolicy")},
-            deployments=deployments,
+            deployments=service_deployments(variants),
+            variant_deployments=variants,
             pods=pods,
             nodes=nodes,
+            prices=prices or None,
         )
 
     # ------------------------------------------------------------------ writes
@@ -226,6 +264,18 @@ class Kube:
         except ApiException as e:
             raise ApiRejected(str(obj["kind"]), str(obj["metadata"]["name"]),
                               int(e.status or 0), api_message(e)) from e
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete one owned object (a Deployment of a variant no pool offers any more);
+        one already gone is fine."""
+        resource = self.dynamic.resources.get(
+            api_version="apps/v1" if kind == "Deployment" else "v1", kind=kind)
+        try:
+            self.dynamic.delete(  # type: ignore[no-untyped-call]
+                resource, name=name, namespace=namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise ApiRejected(kind, name, int(e.status or 0), api_message(e)) from e
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch one pod's metadata (the live-limit annotation); a pod that is gone

@@ -31,6 +31,28 @@ class DeploymentObs:
     generation: int = 0
     observed_generation: int = 0
     spec_replicas: int | None = None
+    name: str = ""
+    variant: str = ""  # the GPU pool's variant id; "" for a Deployment without one
+
+    @staticmethod
+    def total(deployments: Sequence[DeploymentObs]) -> DeploymentObs | None:
+        """One service-wide view of its variants' Deployments (counts summed; generations
+        of the first whose rollout lags, else of the first)."""
+        if not deployments:
+            return None
+        if len(deployments) == 1:
+            return deployments[0]
+        lag = [d for d in deployments if d.observed_generation < d.generation]
+        ref = (lag or list(deployments))[0]
+        specs = [d.spec_replicas for d in deployments]
+        return DeploymentObs(
+            replicas=sum(d.replicas for d in deployments),
+            ready_replicas=sum(d.ready_replicas for d in deployments),
+            updated_replicas=sum(d.updated_replicas for d in deployments),
+            generation=ref.generation, observed_generation=ref.observed_generation,
+            spec_replicas=None if any(r is None for r in specs)
+            else sum(r or 0 for r in specs),
+        )
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,9 @@ class PodObs:
     inflight_limit: int | None = None
     ready: bool = False
     ready_since: float | None = None  # seconds since the epoch of the Ready transition
+    variant: str = ""  # the variant (GPU pool) whose Deployment owns the pod
+    gpu_product: str = ""  # the pod's GPU product label value
+    gpus: int = 0  # GPUs (or slices) the pod requests
 
 
 ObjKey = tuple[str, str]  # (namespace, name)
@@ -63,6 +88,11 @@ class Snapshot:
     deployments: Mapping[ObjKey, DeploymentObs] = field(default_factory=dict)
     pods: Mapping[ObjKey, Sequence[PodObs]] = field(default_factory=dict)
     nodes: Sequence[NodeInfo] = ()
+    # Each service's Deployments by variant id (one per GPU pool it runs on).
+    variant_deployments: Mapping[ObjKey, Mapping[str, DeploymentObs]] = field(
+        default_factory=dict)
+    # The cluster's GPU price list (ConfigMap data by ConfigMap name), None: defaults.
+    prices: Mapping[str, Mapping[str, str]] | None = None
     # Values derived once per snapshot (e.g. GPU pools from the nodes) by their users.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -73,6 +103,10 @@ class Snapshot:
     def deployment(self, namespace: str, service: str) -> DeploymentObs | None:
         """The service's Deployment, or None before it exists."""
         return self.deployments.get((namespace, service))
+
+    def variants(self, namespace: str, service: str) -> Mapping[str, DeploymentObs]:
+        """The service's Deployments by variant id (empty before any exists)."""
+        return self.variant_deployments.get((namespace, service), {})
 
     def pods_of(self, namespace: str, service: str) -> Sequence[PodObs]:
         """The service's live pods."""

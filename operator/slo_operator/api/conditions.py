@@ -64,6 +64,9 @@ WITHIN_BOUNDS = "WithinBounds"  # ScalingLimited=False: the decision was not cli
 # Event reasons posted by the SLO loop (Normal), never condition reasons.
 SCALED = "Scaled"  # the Deployment's replicas changed
 BATCH_LIMIT_CHANGED = "BatchLimitChanged"  # the live in-flight limit changed on the pods
+# Replicas spilled to another GPU pool, were held for a surge-first move back, or fit no
+# pool (the message names pools, free GPUs and prices; Warning when some fit nowhere).
+PLACED = "Placed"
 
 # Which transitions post Events, and of which type (see reconcile.status.choose_events).
 WARN_WHEN_FALSE = frozenset(

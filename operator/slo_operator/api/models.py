@@ -733,6 +733,29 @@ class DecisionRecord(_Status):
     message: str = Field(default="", description="Human-readable explanation.")
 
 
+class VariantStatus(_Status):
+    """One GPU pool the service runs on: its own Deployment and engine settings."""
+
+    name: str = Field(description="Variant id (the pool's GPU product as a DNS label).")
+    product: str | None = Field(default=None, description="GPU product of the pool.")
+    deployment: str | None = Field(default=None, description="The variant's Deployment.")
+    desired_replicas: int = Field(default=0, description="Replicas asked of the variant (count).")
+    ready_replicas: int = Field(default=0, description="Ready replicas of the variant (count).")
+    pending_replicas: int = Field(
+        default=0, description="Replicas Pending for lack of GPUs in the pool (count)."
+    )
+    gpus_per_replica: int | None = Field(default=None, description="GPUs per replica (count).")
+    precision: str | None = Field(default=None, description="fp8, bf16 or fp16 weights.")
+    cost_per_request_per_second: float | None = Field(
+        default=None,
+        description="Price per GPU-hour x GPUs per replica / requests per second one replica "
+        "sustains within the SLO: the placement order, lower first (a number in the price "
+        "list's unit per request/s).",
+    )
+    rank: int | None = Field(
+        default=None, description="Position in the placement order (count from 0: first).")
+
+
 class InferenceServiceStatus(_Status):
     """Written by slo-operator only: replicas, hardware, effective engine arguments, observed
     latency, SLO state, decisions and conditions.
@@ -748,6 +771,14 @@ class InferenceServiceStatus(_Status):
     )
     hardware: HardwareStatus | None = Field(
         default=None, description="The GPU class the replicas run on."
+    )
+    variants: list[VariantStatus] = Field(
+        default_factory=list,
+        description="The GPU pools the service may run on, in placement order, with "
+        "replicas per pool.",
+    )
+    placement: str | None = Field(
+        default=None, description="Why the replicas sit on the pools they do."
     )
     engine_args: list[str] = Field(
         default_factory=list, description="The effective vllm serve arguments."

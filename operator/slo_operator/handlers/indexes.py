@@ -13,13 +13,22 @@ from typing import Any
 
 import kopf
 
-from slo_operator.adapters.kube import deployment_obs, node_info, obj_key, owner_key, pod_obs
+from slo_operator.adapters.kube import (
+    deployment_obs,
+    node_info,
+    obj_key,
+    owner_key,
+    pod_obs,
+    service_deployments,
+)
 from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.control.prices import PRICES_LABEL
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
-INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index")
+INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index",
+               "price_index")
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,16 +63,30 @@ def node_index(body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
     return {"nodes": node_info(body)}
 
 
+@kopf.index("", "v1", "configmaps", labels={PRICES_LABEL: "true"})
+def price_index(body: kopf.Body, **_: Any) -> dict[str, tuple[str, dict[str, str]]]:
+    meta = body.get("metadata") or {}
+    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return {"prices": (name, {str(k): str(v) for k, v in (body.get("data") or {}).items()})}
+
+
 def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
     return {k: next(iter(store)) for k, store in index.items() if len(store)}
 
 
 def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
     """One consistent, detached read of the caches (handler kwargs or the stored indexes)."""
+    variants: dict[ObjKey, dict[str, DeploymentObs]] = {}
+    for key, store in indexes["deployment_index"].items():
+        for obs in store:
+            variants.setdefault(key, {})[obs.variant] = obs
+    prices = {name: data for name, data in indexes["price_index"].get("prices", ())}
     return Snapshot(
         services=_one(indexes["service_index"]),
         policies=_one(indexes["policy_index"]),
-        deployments=_one(indexes["deployment_index"]),
+        deployments=service_deployments(variants),
+        variant_deployments=variants,
+        prices=prices or None,
         pods={k: tuple(store) for k, store in indexes["pod_index"].items()},
         nodes=tuple(indexes["node_index"].get("nodes", ())),
     )

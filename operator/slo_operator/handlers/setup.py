@@ -105,6 +105,7 @@ class Context:
         for kind, obj in (("Deployment", instance_name(name)), ("Service", service_name(name)),
                           ("PodDisruptionBudget", instance_name(name))):
             self.applied.forget(kind, namespace, obj)
+        self.applied.forget_prefix("Deployment", namespace, f"{instance_name(name)}-")
 
 
 def context(memo: Any) -> Context:

@@ -38,7 +38,7 @@ from slo_operator.control import (
     decide,
     policy_for,
 )
-from slo_operator.reconcile.plan import initial_replicas, snapshot_pools
+from slo_operator.reconcile.plan import free_gpus, initial_replicas
 from slo_operator.reconcile.status import (
     SLOUpdate,
     metrics_condition,
@@ -46,7 +46,7 @@ from slo_operator.reconcile.status import (
     scaling_condition,
     slo_condition,
 )
-from slo_operator.render.names import service_label
+from slo_operator.render.names import label_value, service_label
 from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record, report
 from slo_operator.slo.promql import QueryPlan, build_queries
 from slo_operator.slo.signals import parse_signals, spec_for
@@ -138,15 +138,24 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
     )
 
 
+def _pool_key(s: ServiceInput) -> str:
+    """The pool a service's replicas compete in: its GPU product, or the set of products
+    of its variants (their free GPUs pooled) when it may run on several."""
+    products = sorted({label_value(v.product) for v in s.status.variants if v.product})
+    if len(products) > 1:
+        return "|".join(products)
+    hw = s.status.hardware
+    return label_value(hw.product) if hw is not None and hw.product else ""
+
+
 def _free_gpus(snap: Snapshot, services: Sequence[ServiceInput]) -> dict[str, int]:
-    """GPUs per pool (product) not held by a scheduled replica of an operated service."""
-    free = {p.product: p.total_gpus for p in snapshot_pools(snap)}
+    """Free GPUs per pool (product) from the watch caches, and per set of pools that a
+    multi-variant service competes in (the sum of its pools' free GPUs)."""
+    free = dict(free_gpus(snap))
     for s in services:
-        hw = s.status.hardware
-        if hw is None or not hw.product:
-            continue
-        held = sum(1 for p in s.pods if not p.unschedulable)
-        free[hw.product] = free.get(hw.product, 0) - held * (hw.gpus_per_replica or 1)
+        key = _pool_key(s)
+        if "|" in key and key not in free:
+            free[key] = sum(max(0, free.get(p, 0)) for p in key.split("|"))
     return free
 
 
@@ -180,7 +189,7 @@ def decide_all(
             held=sum(1 for p in s.pods if not p.unschedulable),
             gpus_per_replica=(hw.gpus_per_replica or 1) if hw else 1,
             priority=s.policy.priority, tenant=s.policy.tenant or s.key.namespace,
-            pool=(hw.product or "") if hw else "", min_replicas=lo,
+            pool=_pool_key(s), min_replicas=lo,
         ))
     budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
     grants = arbitrate(requests, _free_gpus(snap, services), budgets)

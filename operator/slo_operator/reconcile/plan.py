@@ -18,6 +18,8 @@ from slo_operator.api.models import (
     SLOPolicySpec,
 )
 from slo_operator.control import replica_bounds
+from slo_operator.control.placement import VariantOption, rank, slo_rate
+from slo_operator.control.prices import DEFAULT_PRICES, PriceList, parse_prices
 from slo_operator.engine import (
     BatchBounds,
     EngineError,
@@ -29,6 +31,7 @@ from slo_operator.engine import (
 )
 from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
 from slo_operator.hardware import HardwareResolution, classify_node_pools, resolve_product
+from slo_operator.render.names import label_value
 from slo_operator.render.objects import RenderInput
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
@@ -103,6 +106,45 @@ def snapshot_pools(snap: Snapshot) -> list[Pool]:
     return list(pools)
 
 
+def free_gpus(snap: Snapshot) -> dict[str, int]:
+    """GPUs per pool (keyed by the pods' GPU-product label value) held by no scheduled pod
+    of an operated service, once per snapshot. The reconciler takes what it places out of
+    this count, so services reconciled from one snapshot do not all claim the same GPUs."""
+    free = snap.memo.get("free_gpus")
+    if free is None:
+        free = {}
+        for pool in snapshot_pools(snap):
+            key = label_value(pool.product)
+            free[key] = free.get(key, 0) + pool.total_gpus
+        for pods in snap.pods.values():
+            for p in pods:
+                if not p.unschedulable and p.gpu_product:
+                    free[p.gpu_product] = free.get(p.gpu_product, 0) - max(1, p.gpus)
+        snap.memo["free_gpus"] = free
+    return free
+
+
+def snapshot_prices(snap: Snapshot) -> PriceList:
+    """The cluster's price list: the labelled ConfigMaps' data over the defaults (more than
+    one: later names win, and the conflict is reported)."""
+    if not snap.prices:
+        return DEFAULT_PRICES
+    cached = snap.memo.get("prices")
+    if cached is None:
+        names = sorted(snap.prices)
+        merged: dict[str, str] = {}
+        for name in names:
+            merged.update(snap.prices[name])
+        cached = parse_prices(merged, ", ".join(f"ConfigMap {n}" for n in names))
+        if len(names) > 1:
+            cached = replace(cached, problems=(
+                *cached.problems,
+                f"{len(names)} ConfigMaps carry the price label: {', '.join(names)}; "
+                "later names win"))
+        snap.memo["prices"] = cached
+    return cached
+
+
 def pool_from_product(name: str) -> Pool | None:
     """A synthetic pool for previews (``render --gpu-product``)."""
     res = resolve_product(name)
@@ -147,14 +189,28 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class ServicePlan:
-    """The chosen pool, engine settings and render input for one service."""
+class VariantPlan:
+    """One pool's engine settings and render input for one service."""
 
     pool: Pool
     engine: EnginePlan
     render: RenderInput
     hardware_status: HardwareStatus
     notes: tuple[str, ...]
+    option: VariantOption  # what placement needs (counts are filled by the reconciler)
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """The service's variants in placement order; the first (primary) one's pool, engine,
+    render input and status are repeated at the top for callers that show one."""
+
+    pool: Pool
+    engine: EnginePlan
+    render: RenderInput
+    hardware_status: HardwareStatus
+    notes: tuple[str, ...]
+    variants: tuple[VariantPlan, ...] = ()
 
 
 def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
@@ -268,6 +324,43 @@ def candidate_pools(
     return ordered, None
 
 
+def variant_id(pool: Pool) -> str:
+    """Stable id of the service's variant on ``pool``: its product (and MIG slice) as a
+    DNS label, which names the variant's Deployment and labels its pods."""
+    hw = pool.resolution.hardware
+    text = hw.product if hw is not None else "unknown"
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].strip("-") or "gpu"
+
+
+def _preference(spec: InferenceServiceSpec, pool: Pool) -> int | None:
+    for i, wanted in enumerate(spec.hardware.gpu_products):
+        if product_matches(wanted, resolve_product(wanted), pool):
+            return i
+    return None
+
+
+def _option(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool, engine: EnginePlan,
+            prices: PriceList) -> VariantOption:
+    hw = pool.resolution.hardware
+    assert hw is not None
+    o = policy.objectives
+    precision = "fp8" if engine.quantization and "fp8" in engine.quantization else "bf16"
+    rate, meets = slo_rate(
+        model_size_b=spec.model.size_billions, precision=precision, product=hw.product,
+        gpus_per_replica=engine.tensor_parallel_size, e2e_ms=float(o.e2e_latency_p99_ms),
+        ttft_ms=float(o.ttft_p95_ms),
+        itl_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),
+        min_batch=policy.batching.min_batch, max_batch=engine.max_num_seqs,
+    )
+    return VariantOption(
+        variant=variant_id(pool), product=hw.product,
+        gpus_per_replica=engine.tensor_parallel_size,
+        price_per_gpu_hour=prices.per_gpu_hour(hw.product, pool.resolution.replicas or 1),
+        replica_rate=rate, meets_slo=meets, free_gpus=pool.total_gpus,
+        preference=_preference(spec, pool),
+    )
+
+
 def plan_service(
     *,
     name: str,
@@ -282,18 +375,22 @@ def plan_service(
     restart_limit: int | None = None,
     runtime_image: str = DEFAULT_RUNTIME_IMAGE,
     profiles: Sequence[NodeProfile] = (),
+    prices: PriceList = DEFAULT_PRICES,
 ) -> ServicePlan | Problem:
-    """Choose a pool and engine settings; the first pool where the model fits wins.
+    """One variant per pool where the model fits, in placement order.
 
-    Without preferences, the pool needing the fewest GPUs per replica wins (ties: more
-    GPUs in the pool), as a first proxy for the lowest GPU cost. ``restart_limit`` is the
-    batch limit to bake into ``--max-num-seqs`` under ``batching.mode: restart`` (ignored
-    otherwise: the live limit never reaches the pod template).
+    The order is ``control.placement.rank``: the user's ``gpuProducts`` order when given,
+    else the lowest cost per unit of SLO-meeting throughput (``prices`` and the capacity
+    model). The first variant is the primary: it carries ``replicas`` in the plan's own
+    render input (a preview shows it); the reconciler splits the live replicas across
+    variants with ``control.placement.place``. ``restart_limit`` is the batch limit to bake
+    into ``--max-num-seqs`` under ``batching.mode: restart`` (ignored otherwise: the live
+    limit never reaches the pod template).
     """
     candidates, problem = candidate_pools(spec, pools, nodes)
     if problem:
         return problem
-    plans: list[tuple[Pool, EnginePlan, str]] = []
+    variants: list[VariantPlan] = []
     first_error: EngineError | None = None
     for pool in candidates:
         hw = pool.resolution.hardware
@@ -302,35 +399,39 @@ def plan_service(
             engine_prefs(spec, policy), hw.product, hw.bf16, spec.model.size_billions, profiles
         )
         try:
-            plans.append(
-                (
-                    pool,
-                    plan_engine(
-                        hw,
-                        pool.gpus_per_node,
-                        model_facts(spec),
-                        prefs,
-                        batch_bounds(policy, restart_limit),
-                        GpuSharing(mig=pool.resolution.mig, replicas=pool.resolution.replicas),
-                    ),
-                    profile_note,
-                )
+            engine = plan_engine(
+                hw,
+                pool.gpus_per_node,
+                model_facts(spec),
+                prefs,
+                batch_bounds(policy, restart_limit),
+                GpuSharing(mig=pool.resolution.mig, replicas=pool.resolution.replicas),
             )
         except EngineError as err:
             first_error = first_error or err
             continue
-        if spec.hardware.gpu_products:
-            break  # preference order is the user's; first feasible preferred pool wins
-    if not plans:
+        variants.append(_variant(name, namespace, uid, spec, policy, policy_name, pool, engine,
+                                 profile_note, replicas, runtime_image, prices))
+    if not variants:
         assert first_error is not None
         return Problem(C.ENGINE_INFEASIBLE, first_error.field, first_error.message)
-    if not spec.hardware.gpu_products:
-        plans.sort(key=lambda pe: (pe[1].tensor_parallel_size, -pe[0].total_gpus))
-    pool, engine, profile_note = plans[0]
+    by_id = {v.option.variant: v for v in variants}
+    ordered = tuple(by_id[o.variant] for o in rank([v.option for v in by_id.values()]))
+    primary = ordered[0]
+    others = tuple(replace(v, render=replace(v.render, replicas=0)) for v in ordered[1:])
+    return ServicePlan(primary.pool, primary.engine, primary.render, primary.hardware_status,
+                       primary.notes, (primary, *others))
+
+
+def _variant(name: str, namespace: str, uid: str, spec: InferenceServiceSpec,
+             policy: SLOPolicySpec, policy_name: str, pool: Pool, engine: EnginePlan,
+             profile_note: str, replicas: int, runtime_image: str,
+             prices: PriceList) -> VariantPlan:
     hw = pool.resolution.hardware
     assert hw is not None
     gpus = engine.tensor_parallel_size
     cc = hw.compute_capability
+    option = _option(spec, policy, pool, engine, prices)
     render = RenderInput(
         name=name,
         namespace=namespace,
@@ -355,6 +456,7 @@ def plan_service(
         # An explicit fp8 request keeps FP8 even where the node's profile finds no gain.
         fp8_policy="force" if spec.engine.precision == "fp8" else "auto",
         node_gpu_label=_product_label(pool),
+        variant=option.variant,
     )
     status = HardwareStatus(
         vendor=hw.vendor,
@@ -370,7 +472,7 @@ def plan_service(
         + tuple(n.message for n in engine.notes)
         + tuple(f"{c.field}: {c.message}" for c in engine.conflicts)
     )
-    return ServicePlan(pool, engine, render, status, notes)
+    return VariantPlan(pool, engine, render, status, notes, option)
 
 
 _PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name",

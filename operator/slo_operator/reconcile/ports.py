@@ -21,6 +21,9 @@ class KubeWriter(Protocol):
     def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side apply of one rendered object; raises ``ApiRejected`` on refusal."""
 
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete one owned object; raises ``ApiRejected`` on refusal (not when gone)."""
+
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch one pod's metadata."""
 
@@ -90,3 +93,10 @@ class AppliedCache:
     def forget(self, kind: str, namespace: str, name: str) -> None:
         """Apply this object again on the next reconcile."""
         self.entries.pop((kind, namespace, name), None)
+
+    def forget_prefix(self, kind: str, namespace: str, prefix: str) -> None:
+        """Apply again every object of ``kind`` whose name starts with ``prefix`` (all the
+        variants' Deployments of a service)."""
+        for key in [k for k in self.entries
+                    if k[0] == kind and k[1] == namespace and k[2].startswith(prefix)]:
+            del self.entries[key]

@@ -30,6 +30,12 @@ from slo_operator.api.models import (
 )
 from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.actuate import apply_live_limit
+from slo_operator.reconcile.placing import (
+    place_variants,
+    placement_event,
+    retire_variants,
+    variant_status,
+)
 from slo_operator.reconcile.plan import (
     DEFAULT_RUNTIME_IMAGE,
     Problem,
@@ -38,6 +44,7 @@ from slo_operator.reconcile.plan import (
     live_limit,
     plan_service,
     snapshot_pools,
+    snapshot_prices,
 )
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
 from slo_operator.reconcile.status import (
@@ -51,7 +58,12 @@ from slo_operator.reconcile.status import (
     problem_conditions,
     rollout_conditions,
 )
-from slo_operator.render.objects import build_all, instance_name
+from slo_operator.render.objects import (
+    LABEL_VARIANT,
+    build_deployment,
+    build_pdb,
+    build_service,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +158,7 @@ def reconcile_service_sync(
         restart_limit=wanted_limit,
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
+        prices=snapshot_prices(snap),
     )
     if isinstance(result, Problem):
         conds += problem_conditions(result.reason, result.field, result.message)
@@ -167,14 +180,19 @@ def reconcile_service_sync(
         conds.append(Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS,
                           "No latency observations yet"))
 
-    dep = snap.deployment(namespace, name)
-    if dep is None or dep.spec_replicas != replicas:
-        applied.forget("Deployment", namespace, instance_name(name))
+    prices = snapshot_prices(snap)
+    placed, renders = place_variants(plan, snap, namespace, name, replicas)
     new.hardware = plan.hardware_status
     new.engine_args = list(eng.args)
-    new.engine_notes = list(plan.notes)
+    new.engine_notes = list(plan.notes) + [f"GPU prices: {p}" for p in prices.problems]
     stamp = now.timestamp()
-    for obj in build_all(plan.render):
+    deployments = [build_deployment(r) for r in renders]
+    for obj in [*deployments, build_service(plan.render), build_pdb(plan.render)]:
+        if obj["kind"] == "Deployment":
+            current = snap.variants(namespace, name).get(
+                obj["metadata"]["labels"].get(LABEL_VARIANT, ""))
+            if current is None or current.spec_replicas != obj["spec"]["replicas"]:
+                applied.forget("Deployment", namespace, obj["metadata"]["name"])
         if applied.fresh(obj, stamp):
             continue
         refused = applied.backoff(obj, stamp)
@@ -193,13 +211,17 @@ def reconcile_service_sync(
             return _report(kube, body, old_status, new, conds, now, outcome)
         applied.remember(obj, stamp)
         outcome.applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    outcome.applied += retire_variants(kube, snap, namespace, name, plan, placed)
 
+    dep = snap.deployment(namespace, name)
     pods = snap.pods_of(namespace, name)
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patched = apply_live_limit(kube, namespace, pods, limit)
     outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
-
+    new.variants = variant_status(plan, placed, snap.variants(namespace, name), pods)
+    new.placement = "; ".join(placed.reasons) or None
+    placement_events = placement_event(placed, old_status.placement)
     new.desired_replicas = replicas
     new.replicas = dep.replicas if dep else 0
     new.ready_replicas = dep.ready_replicas if dep else 0
@@ -218,7 +240,8 @@ def reconcile_service_sync(
         new.last_decisions = append_decision(old_status.last_decisions, DecisionRecord(
             time=rfc3339(now), replicas=replicas, batch_limit=limit, reason=update.reason,
             message=update.message[:1024]))
-    return _report(kube, body, old_status, new, conds, now, outcome, events)
+    return _report(kube, body, old_status, new, conds, now, outcome,
+                   [*events, *placement_events])
 
 
 def _report(

@@ -41,6 +41,7 @@ from slo_runtime.contract import (
     LABEL_POLICY,
     LABEL_SERVICE,
     LABEL_TENANT,
+    LABEL_VARIANT,
     LIMIT_DIR,
     LIMIT_FILE,
     LIMIT_FILE_NAME,
@@ -64,6 +65,7 @@ __all__ = [
     "LABEL_POLICY",
     "LABEL_SERVICE",
     "LABEL_TENANT",
+    "LABEL_VARIANT",
     "MANAGED_BY",
     "VLLM_PORT",
 ]
@@ -102,6 +104,9 @@ class RenderInput:
     # Host CPU and memory the vLLM container requests; empty: sized from the GPU count.
     cpu_request: str = ""
     memory_request: str = ""
+    # The GPU pool's variant id: one Deployment per pool the service runs on. Empty: the
+    # service's single Deployment without a variant (previews of older releases).
+    variant: str = ""
 
 
 def instance_name(service: str) -> str:
@@ -115,17 +120,30 @@ def service_name(service: str) -> str:
     return child_name(service)
 
 
+def variant_name(service: str, variant: str) -> str:
+    """Name of the Deployment of the service's variant on one GPU pool (a DNS label)."""
+    return child_name(service, f"vllm-{variant}") if variant else instance_name(service)
+
+
 def _instance_name(inp: RenderInput) -> str:
     return instance_name(inp.name)
 
 
 def selector_labels(inp: RenderInput) -> dict[str, str]:
-    """Labels that select the service's pods (Deployment, Service, PDB)."""
+    """Labels that select all of the service's pods, every variant (Service, PDB)."""
     return {
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/instance": service_label(inp.name),
         LABEL_SERVICE: service_label(inp.name),
     }
+
+
+def variant_selector(inp: RenderInput) -> dict[str, str]:
+    """Labels that select one variant's pods (its Deployment): variants never overlap."""
+    labels = selector_labels(inp)
+    if inp.variant:
+        labels[LABEL_VARIANT] = label_value(inp.variant)
+    return labels
 
 
 def common_labels(inp: RenderInput) -> dict[str, str]:
@@ -344,7 +362,7 @@ def _inject_container(inp: RenderInput) -> dict[str, Any]:
 
 def build_deployment(inp: RenderInput) -> dict[str, Any]:
     """The vLLM Deployment: launcher, gateway, GPU resources, pool affinity."""
-    labels = common_labels(inp)
+    labels = {**common_labels(inp), **variant_selector(inp)}
     pod_spec: dict[str, Any] = {
         "initContainers": [_inject_container(inp)],
         "containers": [_vllm_container(inp), _gateway_container(inp)],
@@ -383,10 +401,10 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(inp, _instance_name(inp)),
+        "metadata": {**_metadata(inp, variant_name(inp.name, inp.variant)), "labels": labels},
         "spec": {
             "replicas": inp.replicas,
-            "selector": {"matchLabels": selector_labels(inp)},
+            "selector": {"matchLabels": variant_selector(inp)},
             # Surge one replica so a restart never drops capacity below the SLO's needs.
             "strategy": {
                 "type": "RollingUpdate",
@@ -447,6 +465,8 @@ def live_limit_patch(limit: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: str(limit)}}}
 
 
-def build_all(inp: RenderInput) -> list[dict[str, Any]]:
-    """Every object the operator applies for one service, Deployment first."""
-    return [build_deployment(inp), build_service(inp), build_pdb(inp)]
+def build_all(inp: RenderInput, *variants: RenderInput) -> list[dict[str, Any]]:
+    """Every object the operator applies for one service: the Deployment of ``inp`` and of
+    each further variant, then the service-wide Service and PodDisruptionBudget."""
+    return [build_deployment(inp), *(build_deployment(v) for v in variants),
+            build_service(inp), build_pdb(inp)]

@@ -22,6 +22,7 @@ class FakeKube:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     attempts: list[tuple[str, str]] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)  # kind -> the API server's message
+    deletes: list[tuple[str, str, str]] = field(default_factory=list)
 
     def apply(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
@@ -30,6 +31,10 @@ class FakeKube:
             raise ApiRejected(obj["kind"], meta["name"], 422, self.refuse[obj["kind"]])
         self.objects[(obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(dict(obj))
         self.applies.append((obj["kind"], meta["name"]))
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.deletes.append((kind, namespace, name))
+        self.objects.pop((kind, namespace, name), None)
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.pod_patches.append((name, copy.deepcopy(dict(patch))))
@@ -45,4 +50,5 @@ class FakeKube:
 
     @property
     def writes(self) -> int:
-        return len(self.applies) + len(self.pod_patches) + len(self.statuses) + len(self.events)
+        return (len(self.applies) + len(self.pod_patches) + len(self.statuses)
+                + len(self.events) + len(self.deletes))

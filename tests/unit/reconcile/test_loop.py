@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tests.unit.reconcile.fake import FakeKube
 from tests.unit.reconcile.prom_fake import FakeMetrics, Load
-from tests.unit.reconcile.test_service import H100, NOW, make_isvc, make_policy
+from tests.unit.reconcile.test_service import H100, NOW, VARIANT, make_isvc, make_policy
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import DeploymentObs, NodeInfo, PodObs, Snapshot
@@ -26,7 +26,8 @@ OVERLOAD = Load(rate=400.0, e2e_s=3.0, ttft_s=1.0, waiting=40, running=200, outp
 
 def pods(n: int, limit: int | None = 256, prefix: str = "p") -> tuple[PodObs, ...]:
     return tuple(PodObs(f"{prefix}-{i}", "Running", inflight_limit=limit, ready=True,
-                        ready_since=NOW.timestamp() - 600) for i in range(n))
+                        ready_since=NOW.timestamp() - 600, variant=VARIANT,
+                        gpu_product="H100-SXM-80GB", gpus=1) for i in range(n))
 
 
 def planned(ns: str = "team-a", name: str = "chat", replicas: int = 2, priority: int = 0,
@@ -38,8 +39,10 @@ def planned(ns: str = "team-a", name: str = "chat", replicas: int = 2, priority:
     pol["metadata"]["namespace"] = ns
     body = make_isvc(name)
     body["metadata"]["namespace"] = ns
-    dep = DeploymentObs(replicas, replicas, replicas, 1, 1, spec_replicas=replicas)
+    dep = DeploymentObs(replicas, replicas, replicas, 1, 1, spec_replicas=replicas,
+                        name=f"{name}-vllm-{VARIANT}", variant=VARIANT)
     snap = Snapshot(policies={(ns, "gold"): pol}, deployments={(ns, name): dep},
+                    variant_deployments={(ns, name): {VARIANT: dep}},
                     pods={(ns, name): pods(replicas, prefix=name)}, nodes=nodes)
     applied = AppliedCache()
     body["status"] = {"desiredReplicas": replicas}
@@ -82,7 +85,7 @@ def test_overload_scales_out_with_a_reason_an_event_and_a_decision_record() -> N
     _, snap, applied = planned(replicas=2)
     kube, status = one_pass(snap, FakeMetrics({ServiceKey("team-a", "chat"): OVERLOAD}),
                             applied)
-    dep = kube.objects[("Deployment", "team-a", "chat-vllm")]
+    dep = kube.objects[("Deployment", "team-a", "chat-vllm-h100-sxm-80gb")]
     assert dep["spec"]["replicas"] > 2
     assert status["desiredReplicas"] == dep["spec"]["replicas"]
     assert conds(status)[C.SLO_COMPLIANT] == ("False", C.SLO_MISSED)
@@ -100,7 +103,7 @@ def test_prometheus_down_holds_replicas_and_says_why() -> None:
     _, snap, applied = planned(replicas=3)
     kube, status = one_pass(snap, FakeMetrics(down=True), applied)
     assert status["desiredReplicas"] == 3
-    assert ("Deployment", "chat-vllm") not in kube.applies
+    assert ("Deployment", "chat-vllm-h100-sxm-80gb") not in kube.applies
     cond = next(c for c in status["conditions"] if c["type"] == C.METRICS_AVAILABLE)
     assert (cond["status"], cond["reason"]) == ("False", C.METRICS_UNAVAILABLE)
     assert "holding" in cond["message"]

@@ -43,13 +43,20 @@ def make_policy(name: str = "gold", **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
+VARIANT = "h100-sxm-80gb"  # the variant id of the H100 pool above
+
+
 def make_snapshot(policies: tuple[dict[str, Any], ...] = (make_policy(),),
                   dep: DeploymentObs | None = None, pods: tuple[PodObs, ...] = (),
                   nodes: tuple[NodeInfo, ...] = NODES) -> Snapshot:
+    """The caches as the indexes fill them: the Deployment and pods of the H100 variant."""
+    dep = replace(dep, variant=VARIANT, name=f"chat-vllm-{VARIANT}") if dep else None
     return Snapshot(
         policies={(NS, p["metadata"]["name"]): p for p in policies},
         deployments={(NS, "chat"): dep} if dep else {},
-        pods={(NS, "chat"): pods},
+        variant_deployments={(NS, "chat"): {VARIANT: dep}} if dep else {},
+        pods={(NS, "chat"): tuple(replace(p, variant=VARIANT, gpu_product="H100-SXM-80GB",
+                                          gpus=1) for p in pods)},
         nodes=nodes,
     )
 
@@ -151,11 +158,12 @@ def test_unchanged_objects_are_applied_again_after_the_ttl_or_when_the_deploymen
     body = make_isvc(status=outcome.status)
     later, _ = run(body, snap, applied, NOW + timedelta(seconds=601))
     assert [k for k, _ in later.applies] == ["Deployment", "Service", "PodDisruptionBudget"]
-    scaled_by_hand = replace(snap, deployments={(NS, "chat"): replace(READY_DEP,
-                                                                       spec_replicas=5)})
+    scaled_by_hand = make_snapshot(
+        policies=(make_policy(scaling={"minReplicas": 2, "maxReplicas": 2}),),
+        dep=replace(READY_DEP, spec_replicas=5), pods=RUNNING)
     drift, _ = run(body, scaled_by_hand, applied, NOW + timedelta(seconds=620))
     assert [k for k, _ in drift.applies] == ["Deployment"]
-    gone = replace(snap, deployments={})
+    gone = replace(snap, deployments={}, variant_deployments={})
     deleted, _ = run(body, gone, applied, NOW + timedelta(seconds=640))
     assert [k for k, _ in deleted.applies] == ["Deployment"]
 
@@ -184,7 +192,7 @@ def test_live_limit_by_mode(mode: str, state_limit: int | None, pods: tuple[PodO
         assert patch == {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT:
                                                       str(want_limit)}}}
     assert outcome.status["batchLimit"] == want_limit
-    dep = kube.objects[("Deployment", NS, "chat-vllm")]
+    dep = kube.objects[("Deployment", NS, f"chat-vllm-{VARIANT}")]
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert ANNOTATION_INFLIGHT_LIMIT not in annotations
 

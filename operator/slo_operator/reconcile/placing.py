@@ -1,0 +1,130 @@
+"""Place one service's replicas on its variants (one Deployment per GPU pool).
+
+Pure apart from ``retire_variants``, which deletes through the ``KubeWriter`` protocol.
+The reconciler gives the total replicas; ``control.placement.place`` splits them using
+what the watch caches say: free GPUs per pool, each variant's scheduled, Ready and Pending
+pods. The GPUs placed are taken out of the snapshot's free count so that the next service
+reconciled from the same snapshot does not claim them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from slo_operator.api import conditions as C
+from slo_operator.api.cluster import ApiRejected, DeploymentObs, PodObs, Snapshot
+from slo_operator.api.models import VariantStatus
+from slo_operator.control.placement import Placement, VariantOption, place
+from slo_operator.reconcile.plan import ServicePlan, free_gpus
+from slo_operator.reconcile.ports import KubeWriter
+from slo_operator.reconcile.status import EventSpec
+from slo_operator.render.names import label_value
+from slo_operator.render.objects import RenderInput, variant_name
+
+# Replicas pending for a non-GPU cause are not a full pool: only these messages close one.
+_GPU_WORDS = ("Insufficient", "gpu", "mig-", "gaudi")
+
+
+def _gpu_pending(p: PodObs) -> bool:
+    return p.unschedulable and any(w in p.message for w in _GPU_WORDS)
+
+
+def options(plan: ServicePlan, snap: Snapshot, namespace: str,
+            name: str) -> list[VariantOption]:
+    """Each variant's placement facts from the watch caches."""
+    deps = snap.variants(namespace, name)
+    pods = snap.pods_of(namespace, name)
+    free = free_gpus(snap)
+    out = []
+    for v in plan.variants:
+        vid = v.option.variant
+        mine = [p for p in pods if p.variant == vid]
+        dep = deps.get(vid)
+        out.append(replace(
+            v.option,
+            free_gpus=max(0, free.get(label_value(v.option.product), 0)),
+            current=(dep.spec_replicas or 0) if dep else 0,
+            scheduled=sum(1 for p in mine if not p.unschedulable),
+            ready=sum(1 for p in mine if p.ready),
+            pending=sum(1 for p in mine if _gpu_pending(p)),
+        ))
+    return out
+
+
+def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
+                   replicas: int) -> tuple[Placement, list[RenderInput]]:
+    """The placement and the render input of every variant to apply (those with replicas
+    and those whose Deployment exists, which may have to shrink to zero)."""
+    opts = options(plan, snap, namespace, name)
+    placed = place(replicas, opts)
+    existing = snap.variants(namespace, name)
+    renders = []
+    free = free_gpus(snap)
+    for v, o in zip(plan.variants, opts, strict=True):
+        n = placed.replicas.get(o.variant, 0)
+        if n or o.variant in existing:
+            renders.append(replace(v.render, replicas=n))
+        grow = max(0, n - o.scheduled) if not o.pending else 0
+        key = label_value(o.product)
+        free[key] = free.get(key, 0) - grow * max(1, o.gpus_per_replica)
+    return placed, renders
+
+
+def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
+                    plan: ServicePlan, placed: Placement) -> list[str]:
+    """Delete the Deployments of variants no pool offers any more (a pool removed, or a
+    Deployment of a release without variants), once the variants that stay have as many
+    Ready replicas as the service asks for: capacity never drops for the clean-up."""
+    keep = {v.option.variant for v in plan.variants}
+    stale = {vid: d for vid, d in snap.variants(namespace, name).items() if vid not in keep}
+    if not stale:
+        return []
+    deps = snap.variants(namespace, name)
+    ready = sum(deps[v].ready_replicas for v in keep if v in deps)
+    wanted = sum(placed.replicas.values())
+    if wanted and ready < wanted:
+        return []
+    gone = []
+    for vid, dep in sorted(stale.items()):
+        obj_name = dep.name or variant_name(name, vid)
+        try:
+            kube.delete("Deployment", namespace, obj_name)
+        except ApiRejected:
+            continue  # retried next pass; the variant keeps serving meanwhile
+        gone.append(f"Deployment/{obj_name} deleted")
+    return gone
+
+
+def variant_status(plan: ServicePlan, placed: Placement, deps: Mapping[str, DeploymentObs],
+                   pods: Sequence[PodObs]) -> list[VariantStatus]:
+    """``status.variants``: every pool the service may run on, in placement order."""
+    out = []
+    for rank, v in enumerate(plan.variants):
+        o = v.option
+        mine = [p for p in pods if p.variant == o.variant]
+        dep = deps.get(o.variant)
+        eng = v.engine
+        precision = ("fp8" if eng.quantization and "fp8" in eng.quantization
+                     else "fp16" if eng.dtype == "float16" else "bf16")
+        cost = o.cost_per_rate
+        out.append(VariantStatus(
+            name=o.variant, product=o.product,
+            deployment=variant_name(v.render.name, o.variant),
+            desired_replicas=placed.replicas.get(o.variant, 0),
+            ready_replicas=dep.ready_replicas if dep else 0,
+            pending_replicas=sum(1 for p in mine if _gpu_pending(p)),
+            gpus_per_replica=o.gpus_per_replica, precision=precision,
+            cost_per_request_per_second=None if cost == float("inf") else round(cost, 4),
+            rank=rank,
+        ))
+    return out
+
+
+def placement_event(placed: Placement, old: str | None) -> list[EventSpec]:
+    """One Event when the placement's explanation changes to a spill, a hold or replicas
+    that fit nowhere (Warning for the last)."""
+    text = "; ".join(placed.reasons)
+    if not text or text == old or not (placed.spilled or placed.held or placed.waiting):
+        return []
+    return [EventSpec("Warning" if placed.waiting else "Normal", C.PLACED, text)]
