@@ -108,14 +108,16 @@ def deployment_obs(body: Mapping[str, Any]) -> DeploymentObs:
     )
 
 
-def _pod_gpus(body: Mapping[str, Any]) -> int:
-    """GPUs (or MIG slices, or shared GPUs) the pod's containers ask for."""
-    total = 0
+def _pod_gpus(body: Mapping[str, Any]) -> tuple[str, int]:
+    """The GPU resource (GPUs, MIG slices or shared GPUs) the pod's containers ask for,
+    and how many."""
+    name, total = "", 0
     for c in (body.get("spec") or {}).get("containers") or []:
         for res, qty in ((c.get("resources") or {}).get("limits") or {}).items():
             if "/" in res and any(t in res for t in ("gpu", "mig-", "gaudi")):
+                name = name or str(res)
                 total += _int_or_none(qty) or 0
-    return total
+    return name, total
 
 
 def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
@@ -132,9 +134,11 @@ def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
             ready, since = True, _epoch(c.get("lastTransitionTime"))
     raw = (meta.get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
     labels = meta.get("labels") or {}
+    resource, gpus = _pod_gpus(body)
     return PodObs(str(meta.get("name", "")), status.get("phase") or "Unknown", unsched, msg,
                   _int_or_none(raw), ready, since, variant=str(labels.get(LABEL_VARIANT, "")),
-                  gpu_product=str(labels.get(LABEL_GPU, "")), gpus=_pod_gpus(body))
+                  gpu_product=str(labels.get(LABEL_GPU, "")), gpus=gpus,
+                  gpu_resource=resource, node=str((body.get("spec") or {}).get("nodeName") or ""))
 
 
 def service_deployments(

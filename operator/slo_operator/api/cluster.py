@@ -70,6 +70,8 @@ class PodObs:
     variant: str = ""  # the variant (GPU pool) whose Deployment owns the pod
     gpu_product: str = ""  # the pod's GPU product label value
     gpus: int = 0  # GPUs (or slices) the pod requests
+    gpu_resource: str = ""  # the extended resource it requests them as
+    node: str = ""  # the node it is bound to ("" while unscheduled)
 
 
 ObjKey = tuple[str, str]  # (namespace, name)

@@ -16,10 +16,9 @@ from slo_operator.api import conditions as C
 from slo_operator.api.cluster import ApiRejected, DeploymentObs, PodObs, Snapshot
 from slo_operator.api.models import VariantStatus
 from slo_operator.control.placement import Placement, VariantOption, place
-from slo_operator.reconcile.plan import ServicePlan, free_gpus
+from slo_operator.reconcile.plan import ServicePlan, claim, pool_room
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.status import EventSpec
-from slo_operator.render.names import label_value
 from slo_operator.render.objects import RenderInput, variant_name
 
 # Replicas pending for a non-GPU cause are not a full pool: only these messages close one.
@@ -30,12 +29,12 @@ def _gpu_pending(p: PodObs) -> bool:
     return p.unschedulable and any(w in p.message for w in _GPU_WORDS)
 
 
-def options(plan: ServicePlan, snap: Snapshot, namespace: str,
-            name: str) -> list[VariantOption]:
-    """Each variant's placement facts from the watch caches."""
+def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
+            selector: Mapping[str, str]) -> list[VariantOption]:
+    """Each variant's placement facts from the watch caches (``selector``: the service's
+    own node selector, which narrows each pool)."""
     deps = snap.variants(namespace, name)
     pods = snap.pods_of(namespace, name)
-    free = free_gpus(snap)
     out = []
     for v in plan.variants:
         vid = v.option.variant
@@ -43,7 +42,8 @@ def options(plan: ServicePlan, snap: Snapshot, namespace: str,
         dep = deps.get(vid)
         out.append(replace(
             v.option,
-            free_gpus=max(0, free.get(label_value(v.option.product), 0)),
+            free_gpus=pool_room(snap, v.pool, selector, v.option.gpus_per_replica)
+            * v.option.gpus_per_replica,
             current=(dep.spec_replicas or 0) if dep else 0,
             scheduled=sum(1 for p in mine if not p.unschedulable),
             ready=sum(1 for p in mine if p.ready),
@@ -56,18 +56,17 @@ def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
                    replicas: int) -> tuple[Placement, list[RenderInput]]:
     """The placement and the render input of every variant to apply (those with replicas
     and those whose Deployment exists, which may have to shrink to zero)."""
-    opts = options(plan, snap, namespace, name)
+    selector = plan.render.node_selector
+    opts = options(plan, snap, namespace, name, selector)
     placed = place(replicas, opts)
     existing = snap.variants(namespace, name)
     renders = []
-    free = free_gpus(snap)
     for v, o in zip(plan.variants, opts, strict=True):
         n = placed.replicas.get(o.variant, 0)
         if n or o.variant in existing:
             renders.append(replace(v.render, replicas=n))
-        grow = max(0, n - o.scheduled) if not o.pending else 0
-        key = label_value(o.product)
-        free[key] = free.get(key, 0) - grow * max(1, o.gpus_per_replica)
+        if not o.pending:
+            claim(snap, v.pool, selector, o.gpus_per_replica, n - o.scheduled)
     return placed, renders
 
 

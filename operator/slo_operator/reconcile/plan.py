@@ -106,22 +106,76 @@ def snapshot_pools(snap: Snapshot) -> list[Pool]:
     return list(pools)
 
 
-def free_gpus(snap: Snapshot) -> dict[str, int]:
-    """GPUs per pool (keyed by the pods' GPU-product label value) held by no scheduled pod
-    of an operated service, once per snapshot. The reconciler takes what it places out of
-    this count, so services reconciled from one snapshot do not all claim the same GPUs."""
-    free = snap.memo.get("free_gpus")
+def node_free(snap: Snapshot) -> dict[tuple[str, str], int]:
+    """Free GPUs per (node, GPU resource): allocatable minus what the operated services'
+    scheduled pods on that node ask for; once per snapshot. The reconciler takes what it
+    places out of this count (``claim``), so services reconciled from one snapshot do not
+    all claim the same GPUs."""
+    free = snap.memo.get("node_free")
     if free is None:
         free = {}
-        for pool in snapshot_pools(snap):
-            key = label_value(pool.product)
-            free[key] = free.get(key, 0) + pool.total_gpus
+        for node in snap.nodes:
+            if not node.schedulable:
+                continue
+            for res, qty in node.allocatable.items():
+                n = _int(qty)
+                if n and "/" in res:
+                    free[(node.name, res)] = n
         for pods in snap.pods.values():
             for p in pods:
-                if not p.unschedulable and p.gpu_product:
-                    free[p.gpu_product] = free.get(p.gpu_product, 0) - max(1, p.gpus)
-        snap.memo["free_gpus"] = free
+                if p.node and p.gpu_resource and not p.unschedulable:
+                    key = (p.node, p.gpu_resource)
+                    free[key] = free.get(key, 0) - max(1, p.gpus)
+        snap.memo["node_free"] = free
     return free
+
+
+def _pool_nodes(pool: Pool, nodes: Sequence[NodeInfo],
+                selector: Mapping[str, str]) -> list[str]:
+    if not selector:
+        return list(pool.nodes)
+    labels = {n.name: n.labels for n in nodes}
+    return [n for n in pool.nodes
+            if all(labels.get(n, {}).get(k) == v for k, v in selector.items())]
+
+
+def pool_room(snap: Snapshot, pool: Pool, selector: Mapping[str, str], gpus: int) -> int:
+    """Replicas of ``gpus`` GPUs each that fit on the pool's free GPUs now (a replica's
+    GPUs are on one node), on the nodes ``selector`` allows."""
+    hw = pool.resolution.hardware
+    if hw is None:
+        return 0
+    free = node_free(snap)
+    return sum(max(0, free.get((n, hw.resource_name), 0)) // max(1, gpus)
+               for n in _pool_nodes(pool, snap.nodes, selector))
+
+
+def claim(snap: Snapshot, pool: Pool, selector: Mapping[str, str], gpus: int,
+          replicas: int) -> None:
+    """Take ``replicas`` replicas' GPUs out of the snapshot's free count, node by node."""
+    hw = pool.resolution.hardware
+    if hw is None or replicas <= 0:
+        return
+    free = node_free(snap)
+    for n in _pool_nodes(pool, snap.nodes, selector):
+        key = (n, hw.resource_name)
+        while replicas > 0 and free.get(key, 0) >= max(1, gpus):
+            free[key] -= max(1, gpus)
+            replicas -= 1
+
+
+def free_gpus(snap: Snapshot) -> dict[str, int]:
+    """Free GPUs per pool, keyed by its GPU-product label value (the fleet step's view)."""
+    free = node_free(snap)
+    out: dict[str, int] = {}
+    for pool in snapshot_pools(snap):
+        hw = pool.resolution.hardware
+        if hw is None:
+            continue
+        key = label_value(pool.product)
+        out[key] = out.get(key, 0) + sum(max(0, free.get((n, hw.resource_name), 0))
+                                         for n in pool.nodes)
+    return out
 
 
 def snapshot_prices(snap: Snapshot) -> PriceList:

@@ -27,7 +27,8 @@ OVERLOAD = Load(rate=400.0, e2e_s=3.0, ttft_s=1.0, waiting=40, running=200, outp
 def pods(n: int, limit: int | None = 256, prefix: str = "p") -> tuple[PodObs, ...]:
     return tuple(PodObs(f"{prefix}-{i}", "Running", inflight_limit=limit, ready=True,
                         ready_since=NOW.timestamp() - 600, variant=VARIANT,
-                        gpu_product="H100-SXM-80GB", gpus=1) for i in range(n))
+                        gpu_product="H100-SXM-80GB", gpus=1, gpu_resource="nvidia.com/gpu",
+                        node="h100-a") for i in range(n))
 
 
 def planned(ns: str = "team-a", name: str = "chat", replicas: int = 2, priority: int = 0,

@@ -28,6 +28,7 @@ NODES = (NodeInfo("h100-a", H100, {"nvidia.com/gpu": "2"}),
          NodeInfo("a100-a", A100, {"nvidia.com/gpu": "4"}))
 HV, AV = "h100-sxm-80gb", "a100-sxm4-80gb"
 PRODUCT = {HV: "H100-SXM-80GB", AV: "A100-SXM4-80GB"}
+NODE = {HV: "h100-a", AV: "a100-a"}
 
 
 def isvc(status: dict[str, Any] | None = None, **hardware: Any) -> dict[str, Any]:
@@ -42,11 +43,12 @@ def isvc(status: dict[str, Any] | None = None, **hardware: Any) -> dict[str, Any
 
 def pods(variant: str, ready: int = 0, pending: int = 0, other: str = "") -> list[PodObs]:
     out = [PodObs(f"{other or 'chat'}-{variant}-{i}", "Running", ready=True, inflight_limit=256,
-                  variant=variant, gpu_product=PRODUCT[variant], gpus=1) for i in range(ready)]
+                  variant=variant, gpu_product=PRODUCT[variant], gpus=1,
+                  gpu_resource="nvidia.com/gpu", node=NODE[variant]) for i in range(ready)]
     out += [PodObs(f"{other or 'chat'}-{variant}-p{i}", "Pending", unschedulable=True,
                    message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-                   variant=variant, gpu_product=PRODUCT[variant], gpus=1)
-            for i in range(pending)]
+                   variant=variant, gpu_product=PRODUCT[variant], gpus=1,
+                   gpu_resource="nvidia.com/gpu") for i in range(pending)]
     return out
 
 
@@ -135,7 +137,8 @@ def test_gpu_products_restrict_and_order_the_variants() -> None:
 
 def test_a_deployment_of_an_older_release_is_retired_once_variants_are_ready() -> None:
     legacy = [PodObs("chat-old-0", "Running", ready=True, inflight_limit=256,
-                     gpu_product="H100-SXM-80GB", gpus=1)]
+                     gpu_product="H100-SXM-80GB", gpus=1, gpu_resource="nvidia.com/gpu",
+                     node="h100-a")]
     kube, _ = reconcile(1, snapshot({"": 1}, legacy))
     assert kube.deletes == []  # the new variant is not Ready yet
     ready = snapshot({"": 1, HV: 1}, legacy + pods(HV, ready=1))

@@ -56,7 +56,9 @@ def make_snapshot(policies: tuple[dict[str, Any], ...] = (make_policy(),),
         deployments={(NS, "chat"): dep} if dep else {},
         variant_deployments={(NS, "chat"): {VARIANT: dep}} if dep else {},
         pods={(NS, "chat"): tuple(replace(p, variant=VARIANT, gpu_product="H100-SXM-80GB",
-                                          gpus=1) for p in pods)},
+                                          gpus=1, gpu_resource="nvidia.com/gpu",
+                                          node="" if p.unschedulable else "h100-a")
+                                  for p in pods)},
         nodes=nodes,
     )
 
