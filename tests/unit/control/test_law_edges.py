@@ -115,3 +115,84 @@ def test_correction_is_kept_while_capacity_arrives() -> None:
 def test_correction_without_latency_is_kept() -> None:
     d = run(make_obs(desired=4, rate=5.0, e2e=None, ttft=None), make_state(correction=2.0))
     assert d.state.correction == 2.0
+
+
+def test_a_held_decision_carries_no_limits_need_or_error() -> None:
+    obs = make_obs()
+    obs = replace(obs, signals=replace(obs.signals, request_rate=None))
+    d = run(obs)
+    assert not d.valid
+    assert (d.limited_reason, d.limited_message, d.limit_reason, d.limit_message,
+            d.need, d.slo_error) == (None, "", None, "", None, None)
+
+
+def test_a_plain_decision_has_no_limit_message() -> None:
+    d = run(make_obs(desired=2, rate=2 * PER_REPLICA * 0.95))
+    assert (d.limited_reason, d.limited_message) == (None, "")
+
+
+def test_absurd_rates_need_a_bounded_number_of_replicas() -> None:
+    d = run(make_obs(rate=1e15))
+    assert d.need == 1_000_000.0
+
+
+@pytest.mark.parametrize(("last", "appended"), [
+    (T0 - 10.0, False),  # a sample less than a quarter window old: not stored again
+    (T0 - POLICY.window_s / 4, True),
+    (T0 - 13.0, False),
+])
+def test_rates_are_stored_at_most_every_quarter_window(last: float, appended: bool) -> None:
+    old = ((T0 - POLICY.burst_lookback_s, 9.0), (last, 10.0))
+    d = run(make_obs(rate=10.0), make_state(rates=old))
+    assert d.state.rates == ((*old, (T0, 10.0)) if appended else old)
+
+
+def test_burst_headroom_from_rate_noise() -> None:
+    """Rates jumping by 6 req/s: the upper quartile of the jumps over 1.627 deviations."""
+    old = ((T0 - 200, 14.0), (T0 - 150, 20.0), (T0 - 100, 14.0), (T0 - 50, 20.0))
+    d = run(make_obs(rate=14.0), make_state(rates=old))
+    assert load(d)[1] == pytest.approx(6.0 / 1.627, abs=0.005)
+
+
+def test_backlog_drains_over_at_least_a_second() -> None:
+    policy = replace(POLICY, backlog_drain_s=0.0, cold_start_s=0.0)
+    d = decide(make_obs(rate=10.0, waiting=30.0), policy, make_state(), T0)
+    assert load(d)[2] == pytest.approx(30.0)
+
+
+def test_a_queue_adds_to_the_need() -> None:
+    calm = run(make_obs(rate=10.0, waiting=0.0))
+    queued = run(make_obs(rate=10.0, waiting=300.0))
+    assert calm.need is not None and queued.need is not None and queued.need > calm.need
+
+
+@pytest.mark.parametrize(("fields", "want"), [
+    ({"last_waiting": 5.0, "last_time": T0 - 15}, math.sqrt(2.0)),  # steady queue: corrected
+    ({"last_waiting": 10.0, "last_time": T0 - 15}, 1.0),  # draining queue: wait
+])
+def test_correction_waits_for_a_draining_queue(fields: dict[str, float], want: float) -> None:
+    d = run(make_obs(desired=4, rate=5.0, e2e=20_000.0, waiting=5.0),
+            make_state(correction=1.0, **fields))
+    assert d.state.correction == pytest.approx(want)
+
+
+def test_correction_waits_for_warming_replicas() -> None:
+    d = run(make_obs(desired=4, warming=1, rate=5.0, e2e=20_000.0), make_state(correction=1.0))
+    assert d.state.correction == 1.0
+
+
+def test_one_replica_inside_the_dead_band_stays_one() -> None:
+    d = run(make_obs(desired=1, rate=1.05 * PER_REPLICA))
+    assert d.replicas == 1
+
+
+def test_from_zero_a_small_load_gets_one_replica() -> None:
+    d = run(make_obs(desired=0, ready=0, rate=0.5 * PER_REPLICA))
+    assert d.replicas == 1
+
+
+def test_scale_in_keeps_the_tolerance_to_spare() -> None:
+    """A need of 2.8 fits in 3 replicas but not with 10% to spare: four stay."""
+    d = run(make_obs(desired=4, rate=2.8 * PER_REPLICA),
+            make_state(recommendations=tuple((T0 - 400 + 15 * i, 4) for i in range(27))))
+    assert d.replicas == 4
