@@ -19,7 +19,9 @@ reached); ``central`` holds requests in one queue per service (the gateway's adm
 and hands them to a replica when it has a free slot under the live limit.
 
 Replicas start cold (``StepModel.cold_start_s``), count GPU-seconds from creation, and
-drain on scale-down (no new requests; removed when empty).
+drain on scale-down (no new requests; removed when empty). A replica runs with its
+service's step model unless it was placed on a GPU pool with its own
+(:meth:`Service.set_placement`: mixed fleets).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -118,13 +120,17 @@ class Finished:
 
 
 class Replica:
-    """One vLLM engine (one pod, ``gpus`` GPUs)."""
+    """One vLLM engine (one pod, ``gpus`` GPUs) on GPU pool ``pool`` with step model
+    ``model`` (default: the service's)."""
 
-    def __init__(self, svc: Service, rid: int, now: float) -> None:
+    def __init__(self, svc: Service, rid: int, now: float, pool: str = "",
+                 model: StepModel | None = None) -> None:
         self.svc = svc
         self.rid = rid
+        self.pool = pool
+        self.model = model or svc.model
         self.created = now
-        self.ready_at = now + svc.model.cold_start_s
+        self.ready_at = now + self.model.cold_start_s
         self.gone_at = -1.0
         self.phase = Phase.STARTING
         self.waiting: deque[Req] = deque()
@@ -159,7 +165,7 @@ class Replica:
         return self.base_ctx + self.n_dec * self.dstep + self.pref_kv
 
     def kv_usage(self) -> float:
-        cap = self.svc.model.kv_capacity_tokens
+        cap = self.model.kv_capacity_tokens
         return min(1.0, self.kv_used() / cap) if cap > 0 else 0.0
 
     def engine_waiting(self) -> int:
@@ -175,7 +181,7 @@ class Replica:
     # --- the engine ------------------------------------------------------------------------
     def _admit(self, now: float) -> None:
         svc = self.svc
-        cap = svc.model.kv_capacity_tokens
+        cap = self.model.kv_capacity_tokens
         while self.waiting and self.running < svc.limit:
             r = self.waiting[0]
             need = r.prefill_left
@@ -190,7 +196,7 @@ class Replica:
     def plan(self, now: float) -> None:
         """Start the next segment at ``now`` (or go idle)."""
         self._admit(now)
-        m = self.svc.model
+        m = self.model
         b = self.n_dec
         ctx = self.base_ctx + b * self.dstep
         p = 0
@@ -273,7 +279,7 @@ class Replica:
             r.generated = r.output
             self._finish(r, now)
         # Preempt the newest sequences while decoding outgrows the cache.
-        cap = svc.model.kv_capacity_tokens
+        cap = self.model.kv_capacity_tokens
         while cap > 0 and self.kv_used() > cap and self.n_dec > 1:
             self._preempt_newest()
         self.busy = False
@@ -395,14 +401,29 @@ class Service:
         """Scale to ``n`` serving replicas: start cold ones, or cancel starting ones and
         drain the least loaded ready ones."""
         n = max(0, n)
+        self._desire(n, now)
+        self._scale("", n, now, warm, self.model)
+
+    def set_placement(self, counts: Mapping[str, int], models: Mapping[str, StepModel],
+                      now: float, *, desired: int | None = None, warm: bool = False) -> None:
+        """Scale each GPU pool's serving replicas to ``counts[pool]`` (new ones run with
+        ``models[pool]``) as :meth:`set_replicas` does for one pool; ``desired`` is the total
+        the policy asked for (default: the sum; more when some fit no pool yet)."""
+        self._desire(max(0, sum(counts.values()) if desired is None else desired), now)
+        for pool, n in counts.items():
+            self._scale(pool, max(0, n), now, warm, models[pool])
+
+    def _desire(self, n: int, now: float) -> None:
         if n != self.desired:
             if self.replicas or self.retired:
                 self.scale_actions += 1
             self.desired = n
             self.events.append((now, n, self.limit))
-        act = self.active()
+
+    def _scale(self, pool: str, n: int, now: float, warm: bool, model: StepModel) -> None:
+        act = [r for r in self.active() if r.pool == pool]
         for _ in range(n - len(act)):
-            rep = Replica(self, next(self._ids), now)
+            rep = Replica(self, next(self._ids), now, pool, model)
             self.replicas.append(rep)
             if warm:
                 rep.ready_at = now
@@ -524,11 +545,15 @@ class Service:
         return sum(r.outstanding for r in self.replicas) + len(self.central)
 
     def gpu_seconds(self, until: float) -> float:
-        s = 0.0
+        return sum(self.gpu_seconds_by_pool(until).values())
+
+    def gpu_seconds_by_pool(self, until: float) -> dict[str, float]:
+        """GPU-seconds of every replica up to ``until``, by the GPU pool it ran on."""
+        out: dict[str, float] = {}
         for rep in self.replicas + self.retired:
             end = rep.gone_at if rep.gone_at >= 0 else until
-            s += max(0.0, min(end, until) - rep.created)
-        return s * self.gpus_per_replica
+            out[rep.pool] = out.get(rep.pool, 0.0) + max(0.0, min(end, until) - rep.created)
+        return {pool: s * self.gpus_per_replica for pool, s in out.items()}
 
 
 class Simulation:

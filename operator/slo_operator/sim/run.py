@@ -12,7 +12,8 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from slo_operator.sim.engine import ITL_BIN_S, Finished, Phase, Service, Simulation
 from slo_operator.sim.metrics import Scraper
@@ -73,6 +74,7 @@ class TenantResult:
     series: list[tuple[float, int, int, int]]  # (t, replicas incl. starting/draining, ready, limit)
     e2e_p99: float | None = None  # over every request finished within the trace (s)
     ttft_p95: float | None = None
+    pool_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by GPU pool
 
     @property
     def attainment(self) -> float:
@@ -180,6 +182,21 @@ def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[i
     return out
 
 
+class Placer(Protocol):
+    """Puts a policy's total replicas on GPU pools (mixed fleets, ``sim.fleet``)."""
+
+    @property
+    def hardware(self) -> str: ...  # the GPU product the policy sizes replicas for
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def model(self) -> StepModel: ...  # that product's step model (what a profile shows)
+
+    def apply(self, svc: Service, total: int, now: float, warm: bool = False) -> None: ...
+
+
 def build_sim(workload: Workload, requests: Sequence[Request] | None = None, *,
               replicas: Mapping[str, int] | None = None, start: float = 0.0,
               warm: bool = True, routing: str | None = None
@@ -201,11 +218,22 @@ def build_sim(workload: Workload, requests: Sequence[Request] | None = None, *,
 def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str | None = None,
              scrape_s: float = 15.0, window_s: float = 60.0, tail_s: float = 300.0,
              routing: str | None = None, progress: Callable[[float], None] | None = None,
-             initial: Mapping[str, int] | None = None) -> RunResult:
-    """Replay the workload with one policy per tenant; judge every window from the truth."""
+             initial: Mapping[str, int] | None = None,
+             placers: Mapping[str, Placer] | None = None) -> RunResult:
+    """Replay the workload with one policy per tenant; judge every window from the truth.
+
+    A tenant with a ``placers`` entry runs on GPU pools: its initial replicas and every
+    total its policy asks for are placed by the placer (each replica with its pool's step
+    model), and its policy sees the placer's hardware and step model."""
     cpu0 = time.process_time()
     trace = workload.trace
-    sim, services = build_sim(workload, replicas=initial, routing=routing)
+    placers = placers or {}
+    start_n = {t.name: (initial or {}).get(t.name, t.initial_replicas) for t in workload.tenants}
+    sim, services = build_sim(
+        workload, replicas={n: 0 if n in placers else k for n, k in start_n.items()},
+        routing=routing)
+    for n, pl in placers.items():
+        pl.apply(services[n], start_n[n], sim.now, warm=True)
     scraper = Scraper(services, scrape_s)
     sim.every(scrape_s, scraper.scrape)
     series: dict[str, list[tuple[float, int, int, int]]] = {n: [] for n in services}
@@ -218,15 +246,24 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
     sim.every(scrape_s, record)
     for t in workload.tenants:
         pol = policies[t.name]
+        placer = placers.get(t.name)
         ctx = Context(services[t.name], scraper, t.objectives, t.model,
                       min_replicas=t.min_replicas, max_replicas=t.max_replicas,
                       precision=t.precision)
+        if placer is not None:
+            ctx = replace(ctx, model=placer.model, hardware=placer.hardware,
+                          precision=placer.precision)
 
-        def tick(now: float, pol: Policy = pol, ctx: Context = ctx) -> None:
+        def tick(now: float, pol: Policy = pol, ctx: Context = ctx,
+                 placer: Placer | None = placer) -> None:
             act = pol.act(ctx, now)
             if act.limit is not None:
                 ctx.svc.set_limit(act.limit, now)
-            if act.replicas is not None:
+            if placer is not None:
+                # Placed every pass: replicas held for a move or waiting for room settle.
+                placer.apply(ctx.svc, ctx.svc.desired if act.replicas is None
+                             else act.replicas, now)
+            elif act.replicas is not None:
                 ctx.svc.set_replicas(act.replicas, now)
 
         # The trace starts on an empty system: policies start once a whole window of
@@ -246,7 +283,8 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
             t.name, wins, svc.gpu_seconds(end), svc.scale_actions, svc.limit_changes,
             svc.preemptions, series[t.name],
             e2e_p99=_pct([f.done - f.t for f in svc.finished if f.done < end], 0.99),
-            ttft_p95=_pct([f.first - f.t for f in svc.finished if f.done < end], 0.95))
+            ttft_p95=_pct([f.first - f.t for f in svc.finished if f.done < end], 0.95),
+            pool_gpu_seconds=svc.gpu_seconds_by_pool(end))
     names = {p.name for p in policies.values()}
     return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
                      time.process_time() - cpu0, end)
