@@ -404,13 +404,23 @@ def demo(duration: float | None, trace: str | None, speed: float | None, out: Pa
 @click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per trace and target set; results do not change).")
-def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int) -> None:
+@click.option("--scenario", type=click.Choice(["slo", "mixed-fleet"]), default="slo",
+              show_default=True,
+              help="slo: the traces on one GPU pool; mixed-fleet: every policy on GPU pools "
+                   "of limited size and price (its own compressed ramp; --trace ignored), "
+                   "cost and placement per policy.")
+def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int,
+          scenario: str) -> None:
     """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
     from slo_operator.sim.command import run as run_bench
+    from slo_operator.sim.command import run_fleet
 
     sets = ["strict", "loose"] if targets == "both" else [targets]
     try:
-        path = run_bench(list(traces), sets, out, seed, jobs)
+        if scenario == "mixed-fleet":
+            path = run_fleet(sets, out, seed)
+        else:
+            path = run_bench(list(traces), sets, out, seed, jobs)
     except ValueError as err:
         raise InputError(str(err)) from err
     click.echo(f"Wrote {path}")
