@@ -269,3 +269,15 @@ def test_section_replaces_its_own_part_of_the_report(tmp_path) -> None:  # type:
     text = path.read_text()
     assert text.startswith("# report\n\nbefore\n")
     assert "second" in text and "first" not in text and text.count(F.BEGIN) == 1
+
+
+def test_the_single_pool_rerun_keeps_the_fleet_section(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slo_operator.sim.command import _fleet_section
+
+    path = tmp_path / "report.md"
+    assert _fleet_section(path) == ""
+    F.upsert(path, f"{F.BEGIN}\nfleet rows\n{F.END}\n")
+    kept = _fleet_section(path)
+    path.write_text("# fresh report\n")  # what render() writes
+    F.upsert(path, kept)
+    assert path.read_text() == f"# fresh report\n\n{F.BEGIN}\nfleet rows\n{F.END}\n"
