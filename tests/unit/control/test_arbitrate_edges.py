@@ -92,3 +92,16 @@ def test_reclaim_walks_victims_from_the_lowest_priority_up() -> None:
     got = grants([req(HI, 4, 1, prio=10), req(MID, 2, 2, prio=5),
                   req(LO2, 1, 1, prio=1), req(LO, 2, 2, min_replicas=2)], {"H100": 0})
     assert got == {HI: 4, MID: 0, LO2: 0, LO: 2}
+
+
+def test_reclaim_counts_free_gpus_too_few_for_a_whole_replica() -> None:
+    """One GPU is free but hi's replicas need two: hi takes 3 more GPUs from lo, not 5."""
+    got = grants([req(HI, 3, 1, gpr=2, prio=10), req(LO, 5, 5)], {"H100": 1})
+    assert got == {HI: 3, LO: 2}
+
+
+def test_reclaim_stops_once_the_need_is_covered() -> None:
+    """lo's one 2-GPU replica covers hi's one missing GPU; lo2 keeps all of its own."""
+    got = grants([req(HI, 2, 1, prio=10), req(LO, 1, 1, gpr=2), req(LO2, 5, 5, prio=1)],
+                 {"H100": 0})
+    assert got == {HI: 2, LO: 0, LO2: 5}

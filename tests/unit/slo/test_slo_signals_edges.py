@@ -162,3 +162,19 @@ def test_without_latency_samples_and_nothing_finished_the_source_is_empty() -> N
     got = parse(results)
     assert got.state == MetricsState.OK
     assert got.latency_source == "" and got.message == "latency from no samples"
+
+
+def test_inter_token_latency_is_optional_unless_targeted() -> None:
+    assert parse({**base(), "itl": []}).state == MetricsState.OK
+    got = parse({**base(), "itl": []}, SignalSpec(itl_required=True))
+    assert got.state == MetricsState.PARTIAL and got.message == "missing: inter-token latency"
+
+
+def test_partial_messages_list_every_missing_signal() -> None:
+    results = {**base(), "e2e": [], "ttft": None,
+               "running": [row(2, stat="pods"), row(NOW - 5, stat="newest")]}
+    got = parse(results)
+    assert got.state == MetricsState.PARTIAL
+    assert got.message == "missing: running, e2e latency, TTFT (failed queries: ttft)"
+    got = parse({**base(), "throughput": [], "waiting": []})
+    assert got.message == "missing: request rate, waiting"
