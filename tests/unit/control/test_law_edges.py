@@ -187,12 +187,13 @@ def test_one_replica_inside_the_dead_band_stays_one() -> None:
 
 
 def test_from_zero_a_small_load_gets_one_replica() -> None:
-    d = run(make_obs(desired=0, ready=0, rate=0.5 * PER_REPLICA))
+    d = decide(make_obs(desired=0, ready=0, rate=0.5 * PER_REPLICA),
+               replace(POLICY, min_replicas=0), make_state(), T0)
     assert d.replicas == 1
 
 
 def test_scale_in_keeps_the_tolerance_to_spare() -> None:
     """A need of 2.8 fits in 3 replicas but not with 10% to spare: four stay."""
     d = run(make_obs(desired=4, rate=2.8 * PER_REPLICA),
-            make_state(recommendations=tuple((T0 - 400 + 15 * i, 4) for i in range(27))))
+            make_state(recommendations=tuple((T0 - 400 + 15 * i, 1) for i in range(27))))
     assert d.replicas == 4
