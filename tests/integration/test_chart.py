@@ -72,3 +72,23 @@ def test_pod_monitor_gives_vllm_targets_the_labels_the_slo_loop_groups_by(
             "service": meta(LABEL_SERVICE),
             "tenant": meta(LABEL_TENANT),
         }
+
+
+def test_gpu_prices_become_the_labelled_config_map_the_operator_reads(
+    cluster: LocalCluster,
+) -> None:
+    from slo_operator.control.prices import PRICES_LABEL, parse_prices
+
+    out = cluster.helm("template", "slo", str(CHART), "-n", "slo-system",
+                       "--set-string", "gpuPrices.H100-SXM-80GB=2.1",
+                       "--set", "gpuPrices.L4-24GB=0.3",
+                       "--show-only", "templates/gpu-prices.yaml").stdout
+    cm = yaml.safe_load(out)
+    assert cm["metadata"]["labels"][PRICES_LABEL] == "true"
+    prices = parse_prices(cm["data"])
+    assert prices.problems == ()
+    assert prices.per_gpu_hour("H100-SXM-80GB") == 2.1
+    assert prices.per_gpu_hour("L4-24GB") == 0.3
+    bad = cluster.helm("template", "slo", str(CHART), "--set-string",
+                       "gpuPrices.H100-SXM-80GB=cheap", check=False)
+    assert bad.returncode != 0 and "gpuPrices/H100-SXM-80GB" in bad.stderr

@@ -297,9 +297,11 @@ def test_operator_identity_is_not_admin(cluster: LocalCluster,
                                         running_operator: OperatorProcess) -> None:
     args = [str(a) for a in running_operator.proc.args]  # type: ignore[union-attr]
     kubeconfig = Path(args[args.index("--kubeconfig") + 1])
-    proc = cluster.kubectl("auth", "can-i", "delete", "deployments", "-A",
-                           kubeconfig=kubeconfig, check=False)
-    assert proc.stdout.strip() == "no"
+    # Deployments may be deleted (a retired GPU-pool variant); pods and nodes never.
+    for verb, resource in (("delete", "pods"), ("delete", "nodes"), ("patch", "nodes")):
+        proc = cluster.kubectl("auth", "can-i", verb, resource, "-A",
+                               kubeconfig=kubeconfig, check=False)
+        assert proc.stdout.strip() == "no", (verb, resource)
     proc = cluster.kubectl("auth", "can-i", "create", "secrets", "-A",
                            kubeconfig=kubeconfig, check=False)
     assert proc.stdout.strip() == "no"
