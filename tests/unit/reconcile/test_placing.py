@@ -144,3 +144,25 @@ def test_a_deployment_of_an_older_release_is_retired_once_variants_are_ready() -
     ready = snapshot({"": 1, HV: 1}, legacy + pods(HV, ready=1))
     kube, _ = reconcile(1, ready)
     assert kube.deletes == [("Deployment", NS, "chat-vllm")]
+
+
+def test_the_fleet_step_pools_the_free_gpus_of_a_multi_variant_service() -> None:
+    from slo_operator.api.models import (
+        InferenceServiceSpec,
+        InferenceServiceStatus,
+        SLOPolicySpec,
+        VariantStatus,
+    )
+    from slo_operator.api.observe import ServiceKey
+    from slo_operator.reconcile.loop import ServiceInput, _free_gpus, _pool_key
+
+    snap = snapshot({}, [], pods(HV, ready=1, other="neighbour"))
+    spec = InferenceServiceSpec.model_validate(isvc()["spec"])
+    multi = InferenceServiceStatus(variants=[
+        VariantStatus(name=HV, product=PRODUCT[HV]), VariantStatus(name=AV, product=PRODUCT[AV])])
+    svc = ServiceInput(ServiceKey(NS, "chat"), spec, SLOPolicySpec(), multi, None, ())
+    key = _pool_key(svc)
+    assert key == "A100-SXM4-80GB|H100-SXM-80GB"
+    free = _free_gpus(snap, [svc])
+    assert free["H100-SXM-80GB"] == 1 and free["A100-SXM4-80GB"] == 4
+    assert free[key] == 5
