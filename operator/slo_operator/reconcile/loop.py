@@ -151,7 +151,7 @@ def _pool_key(s: ServiceInput) -> str:
 def _free_gpus(snap: Snapshot, services: Sequence[ServiceInput]) -> dict[str, int]:
     """Free GPUs per pool (product) from the watch caches, and per set of pools that a
     multi-variant service competes in (the sum of its pools' free GPUs)."""
-    free = dict(free_gpus(snap))
+    free = free_gpus(snap)
     for s in services:
         key = _pool_key(s)
         if "|" in key and key not in free:

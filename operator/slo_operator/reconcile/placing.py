@@ -16,7 +16,7 @@ from slo_operator.api import conditions as C
 from slo_operator.api.cluster import ApiRejected, DeploymentObs, PodObs, Snapshot
 from slo_operator.api.models import VariantStatus
 from slo_operator.control.placement import Placement, VariantOption, place
-from slo_operator.reconcile.plan import ServicePlan, claim, pool_room
+from slo_operator.reconcile.plan import ServicePlan, claim, engine_precision, pool_room
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.status import EventSpec
 from slo_operator.render.objects import RenderInput, variant_name
@@ -53,9 +53,10 @@ def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
 
 
 def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
-                   replicas: int) -> tuple[Placement, list[RenderInput]]:
-    """The placement and the render input of every variant to apply (those with replicas
-    and those whose Deployment exists, which may have to shrink to zero)."""
+                   replicas: int) -> tuple[Placement, list[RenderInput], list[VariantOption]]:
+    """The placement, the render input of every variant to apply (those with replicas and
+    those whose Deployment exists, which may have to shrink to zero) and the variants'
+    placement facts it was made from."""
     selector = plan.render.node_selector
     opts = options(plan, snap, namespace, name, selector)
     placed = place(replicas, opts)
@@ -67,7 +68,7 @@ def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
             renders.append(replace(v.render, replicas=n))
         if not o.pending:
             claim(snap, v.pool, selector, o.gpus_per_replica, n - o.scheduled)
-    return placed, renders
+    return placed, renders, opts
 
 
 def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
@@ -76,10 +77,10 @@ def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
     Deployment of a release without variants), once the variants that stay have as many
     Ready replicas as the service asks for: capacity never drops for the clean-up."""
     keep = {v.option.variant for v in plan.variants}
-    stale = {vid: d for vid, d in snap.variants(namespace, name).items() if vid not in keep}
+    deps = snap.variants(namespace, name)
+    stale = {vid: d for vid, d in deps.items() if vid not in keep}
     if not stale:
         return []
-    deps = snap.variants(namespace, name)
     ready = sum(deps[v].ready_replicas for v in keep if v in deps)
     wanted = sum(placed.replicas.values())
     if wanted and ready < wanted:
@@ -95,25 +96,21 @@ def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
     return gone
 
 
-def variant_status(plan: ServicePlan, placed: Placement, deps: Mapping[str, DeploymentObs],
-                   pods: Sequence[PodObs]) -> list[VariantStatus]:
-    """``status.variants``: every pool the service may run on, in placement order."""
+def variant_status(plan: ServicePlan, placed: Placement, opts: Sequence[VariantOption],
+                   deps: Mapping[str, DeploymentObs]) -> list[VariantStatus]:
+    """``status.variants``: every pool the service may run on, in placement order, from
+    the facts ``place_variants`` used."""
     out = []
-    for rank, v in enumerate(plan.variants):
-        o = v.option
-        mine = [p for p in pods if p.variant == o.variant]
+    for rank, (v, o) in enumerate(zip(plan.variants, opts, strict=True)):
         dep = deps.get(o.variant)
-        eng = v.engine
-        precision = ("fp8" if eng.quantization and "fp8" in eng.quantization
-                     else "fp16" if eng.dtype == "float16" else "bf16")
         cost = o.cost_per_rate
         out.append(VariantStatus(
             name=o.variant, product=o.product,
             deployment=variant_name(v.render.name, o.variant),
             desired_replicas=placed.replicas.get(o.variant, 0),
             ready_replicas=dep.ready_replicas if dep else 0,
-            pending_replicas=sum(1 for p in mine if _gpu_pending(p)),
-            gpus_per_replica=o.gpus_per_replica, precision=precision,
+            pending_replicas=o.pending,
+            gpus_per_replica=o.gpus_per_replica, precision=engine_precision(v.engine),
             cost_per_request_per_second=None if cost == float("inf") else round(cost, 4),
             rank=rank,
         ))

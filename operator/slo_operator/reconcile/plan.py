@@ -229,8 +229,7 @@ def product_matches(wanted: str, resolved: HardwareResolution, pool: Pool) -> bo
 def _matches_selector(pool: Pool, nodes: Sequence[NodeInfo], selector: Mapping[str, str]) -> bool:
     if not selector or not pool.nodes:
         return True  # a preview pool (render --gpu-product) has no nodes to check
-    members = [n for n in nodes if n.name in pool.nodes]
-    return any(all(n.labels.get(k) == v for k, v in selector.items()) for n in members)
+    return bool(_pool_nodes(pool, nodes, selector))
 
 
 @dataclass(frozen=True)
@@ -386,6 +385,13 @@ def variant_id(pool: Pool) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].strip("-") or "gpu"
 
 
+def engine_precision(engine: EnginePlan) -> str:
+    """The weights' precision an engine plan runs: fp8, fp16 or bf16."""
+    if engine.quantization and "fp8" in engine.quantization:
+        return "fp8"
+    return "fp16" if engine.dtype == "float16" else "bf16"
+
+
 def _preference(spec: InferenceServiceSpec, pool: Pool) -> int | None:
     for i, wanted in enumerate(spec.hardware.gpu_products):
         if product_matches(wanted, resolve_product(wanted), pool):
@@ -398,9 +404,9 @@ def _option(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool, engin
     hw = pool.resolution.hardware
     assert hw is not None
     o = policy.objectives
-    precision = "fp8" if engine.quantization and "fp8" in engine.quantization else "bf16"
     rate, meets = slo_rate(
-        model_size_b=spec.model.size_billions, precision=precision, product=hw.product,
+        model_size_b=spec.model.size_billions, precision=engine_precision(engine),
+        product=hw.product,
         gpus_per_replica=engine.tensor_parallel_size, e2e_ms=float(o.e2e_latency_p99_ms),
         ttft_ms=float(o.ttft_p95_ms),
         itl_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),

@@ -181,7 +181,7 @@ def reconcile_service_sync(
                           "No latency observations yet"))
 
     prices = snapshot_prices(snap)
-    placed, renders = place_variants(plan, snap, namespace, name, replicas)
+    placed, renders, opts = place_variants(plan, snap, namespace, name, replicas)
     new.hardware = plan.hardware_status
     new.engine_args = list(eng.args)
     new.engine_notes = list(plan.notes) + [f"GPU prices: {p}" for p in prices.problems]
@@ -219,7 +219,7 @@ def reconcile_service_sync(
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patched = apply_live_limit(kube, namespace, pods, limit)
     outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
-    new.variants = variant_status(plan, placed, snap.variants(namespace, name), pods)
+    new.variants = variant_status(plan, placed, opts, snap.variants(namespace, name))
     new.placement = "; ".join(placed.reasons) or None
     placement_events = placement_event(placed, old_status.placement)
     new.desired_replicas = replicas
