@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import subprocess
@@ -135,9 +136,21 @@ def events_for(cluster: LocalCluster, namespace: str, name: str) -> list[dict[st
     return list(items)
 
 
-def operator(kubeconfig: Path, log_dir: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(kubeconfig, log_dir / "operator.log")
+@contextlib.contextmanager
+def chart_operator(cluster: LocalCluster, log_dir: Path, account: str = "slo-operator", *,
+                   interval: float = 3.0, prometheus_url: str | None = None,
+                   log_tail: int = 4000) -> Iterator[OperatorProcess]:
+    """``slo-operator run`` under the chart's ClusterRole bound to ServiceAccount
+    ``account``: CRDs installed, the process awaited healthy, stopped afterwards and the
+    tail of its log printed (pytest shows it for a failed test)."""
+    install_crds(cluster)
+    ensure_namespace(cluster, OPERATOR_NS)
+    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, account)
+    op = OperatorProcess(kubeconfig, log_dir / "operator.log", interval=interval,
+                         prometheus_url=prometheus_url)
     try:
+        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
         yield op
     finally:
         op.stop()
+        print(f"\n--- operator log ---\n{op.logs()[-log_tail:]}")

@@ -15,13 +15,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from tests.integration.operator_support import (
-    OPERATOR_NS,
     OperatorProcess,
-    bind_role,
-    chart_cluster_role,
+    chart_operator,
     conditions,
-    ensure_namespace,
-    install_crds,
 )
 from tests.support.cluster import LocalCluster
 
@@ -64,17 +60,9 @@ def passes(op: OperatorProcess) -> int:
 @pytest.fixture
 def fast_operator(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[OperatorProcess]:
-    install_crds(cluster)
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-counted")
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("counted") / "operator.log",
-                         interval=1.0)
-    try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+    with chart_operator(cluster, tmp_path_factory.mktemp("counted"), "slo-counted",
+                        interval=1.0) as op:
         yield op
-    finally:
-        op.stop()
-        print(f"\n--- operator log ---\n{op.logs()[-4000:]}")
 
 
 def test_a_pass_over_unchanged_services_sends_no_writes_and_no_reads(

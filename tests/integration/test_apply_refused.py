@@ -14,14 +14,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from tests.integration.operator_support import (
-    OPERATOR_NS,
-    OperatorProcess,
-    bind_role,
-    chart_cluster_role,
+    chart_operator,
     conditions,
-    ensure_namespace,
     events_for,
-    install_crds,
 )
 from tests.support.cluster import LocalCluster
 
@@ -74,13 +69,8 @@ def test_a_refused_service_is_isolated_and_explained(
     cluster: LocalCluster, namespace: str, refusing_policy: None,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    install_crds(cluster)
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-refused")
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("refused") / "operator.log",
-                         interval=1.0)
-    try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+    with chart_operator(cluster, tmp_path_factory.mktemp("refused"), "slo-refused",
+                        interval=1.0, log_tail=3000) as op:
         docs = [{"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
                  "metadata": {"name": name},
                  "spec": {"model": {"name": f"org/{name}", "sizeBillions": 8},
@@ -114,6 +104,3 @@ def test_a_refused_service_is_isolated_and_explained(
         assert warnings[0].get("count", 1) == 1
         assert "Traceback" not in op.logs()
         assert op.proc.poll() is None
-    finally:
-        op.stop()
-        print(f"\n--- operator log ---\n{op.logs()[-3000:]}")

@@ -16,13 +16,9 @@ from typing import Any
 import pytest
 import yaml
 from tests.integration.operator_support import (
-    OPERATOR_NS,
     ROOT,
     OperatorProcess,
-    bind_role,
-    chart_cluster_role,
-    ensure_namespace,
-    install_crds,
+    chart_operator,
 )
 from tests.support.cluster import LocalCluster
 
@@ -37,17 +33,9 @@ SERVICES = int(os.environ.get("SLO_FLEET_SERVICES", "100"))
 @pytest.fixture(scope="module")
 def fleet_operator(cluster: LocalCluster,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    install_crds(cluster)
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-operator")
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("fleet") / "operator.log",
-                         interval=2.0)
-    try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+    with chart_operator(cluster, tmp_path_factory.mktemp("fleet"), interval=2.0,
+                        log_tail=3000) as op:
         yield op
-    finally:
-        op.stop()
-        print(f"\n--- operator log ---\n{op.logs()[-3000:]}")
 
 
 def _example() -> tuple[dict[str, Any], dict[str, Any]]:

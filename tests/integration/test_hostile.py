@@ -22,12 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from tests.integration.operator_support import (
-    OPERATOR_NS,
     OperatorProcess,
-    bind_role,
-    chart_cluster_role,
+    chart_operator,
     conditions,
-    ensure_namespace,
     events_for,
     install_crds,
 )
@@ -222,17 +219,10 @@ def _odd_nodes() -> list[NodeGroup]:
 def odd_operator(cluster: LocalCluster, api: DynamicClient,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     names = cluster.add_nodes(_odd_nodes(), prefix="odd")
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-operator")
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log",
-                         interval=2.0)
     try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
-        yield op
+        with chart_operator(cluster, tmp_path_factory.mktemp("operator"), interval=2.0) as op:
+            yield op
     finally:
-        op.stop()
-        logs = op.logs()
-        print(f"\n--- operator log ---\n{logs[-4000:]}")
         for name in names:  # other suites' services must not land on these pools
             cluster.core.delete_node(name)
 

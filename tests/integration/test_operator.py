@@ -11,14 +11,11 @@ from typing import Any
 import pytest
 import yaml
 from tests.integration.operator_support import (
-    OPERATOR_NS,
     ROOT,
     OperatorProcess,
-    bind_role,
-    chart_cluster_role,
+    chart_operator,
     conditions,
     deployments_of,
-    ensure_namespace,
     events_for,
     install_crds,
     only_deployment,
@@ -39,15 +36,8 @@ def crds(cluster: LocalCluster) -> None:
 def running_operator(
     cluster: LocalCluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-operator")
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
-    try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+    with chart_operator(cluster, tmp_path_factory.mktemp("operator"), log_tail=6000) as op:
         yield op
-    finally:
-        op.stop()
-        print(f"\n--- operator log ---\n{op.logs()[-6000:]}")
 
 
 def isvc(name: str, *, products: list[str], size: float = 8, policy: str | None = None,

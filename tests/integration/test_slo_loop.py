@@ -14,12 +14,8 @@ from typing import Any
 
 import pytest
 from tests.integration.operator_support import (
-    OPERATOR_NS,
-    OperatorProcess,
-    bind_role,
-    chart_cluster_role,
+    chart_operator,
     conditions,
-    ensure_namespace,
     events_for,
     install_crds,
     only_deployment,
@@ -114,16 +110,11 @@ def test_the_operator_process_reports_an_unreachable_prometheus(
 ) -> None:
     """The real operator, its loop pointed at a Prometheus that is down: the service is
     deployed, holds its replicas and says why, and the operator keeps running."""
-    install_crds(cluster)
-    ensure_namespace(cluster, OPERATOR_NS)
-    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-prom-down")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("prom-down") / "operator.log",
-                         interval=1.0, prometheus_url=dead)
-    try:
-        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+    with chart_operator(cluster, tmp_path_factory.mktemp("prom-down"), "slo-prom-down",
+                        interval=1.0, prometheus_url=dead, log_tail=3000) as op:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=f"""
 apiVersion: {GROUP}/v1alpha1
 kind: InferenceService
@@ -143,6 +134,3 @@ spec:
         assert svc["status"]["observed"]["state"] == "Unavailable"
         assert conditions(svc)["SLOCompliant"]["status"] == "Unknown"
         assert op.proc.poll() is None
-    finally:
-        op.stop()
-        print(f"\n--- operator log ---\n{op.logs()[-3000:]}")
