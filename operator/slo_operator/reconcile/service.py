@@ -58,12 +58,7 @@ from slo_operator.reconcile.status import (
     problem_conditions,
     rollout_conditions,
 )
-from slo_operator.render.objects import (
-    LABEL_VARIANT,
-    build_deployment,
-    build_pdb,
-    build_service,
-)
+from slo_operator.render.objects import LABEL_VARIANT, build_all
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +134,7 @@ def reconcile_service_sync(
         outcome.retry_after = 30
         return _report(kube, body, old_status, new, conds, now, outcome)
 
+    prices = snapshot_prices(snap)
     lo, hi = initial_replicas(spec, policy)
     replicas = desired_replicas(old_status, lo, hi)
     wanted_limit = old_status.batch_limit
@@ -158,7 +154,7 @@ def reconcile_service_sync(
         restart_limit=wanted_limit,
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
-        prices=snapshot_prices(snap),
+        prices=prices,
     )
     if isinstance(result, Problem):
         conds += problem_conditions(result.reason, result.field, result.message)
@@ -180,17 +176,15 @@ def reconcile_service_sync(
         conds.append(Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS,
                           "No latency observations yet"))
 
-    prices = snapshot_prices(snap)
     placed, renders, opts = place_variants(plan, snap, namespace, name, replicas)
+    existing = snap.variants(namespace, name)
     new.hardware = plan.hardware_status
     new.engine_args = list(eng.args)
     new.engine_notes = list(plan.notes) + [f"GPU prices: {p}" for p in prices.problems]
     stamp = now.timestamp()
-    deployments = [build_deployment(r) for r in renders]
-    for obj in [*deployments, build_service(plan.render), build_pdb(plan.render)]:
+    for obj in build_all(plan.render, renders):
         if obj["kind"] == "Deployment":
-            current = snap.variants(namespace, name).get(
-                obj["metadata"]["labels"].get(LABEL_VARIANT, ""))
+            current = existing.get(obj["metadata"]["labels"].get(LABEL_VARIANT, ""))
             if current is None or current.spec_replicas != obj["spec"]["replicas"]:
                 applied.forget("Deployment", namespace, obj["metadata"]["name"])
         if applied.fresh(obj, stamp):
@@ -219,7 +213,7 @@ def reconcile_service_sync(
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patched = apply_live_limit(kube, namespace, pods, limit)
     outcome.applied += [f"Pod/{p} limit={limit}" for p in patched]
-    new.variants = variant_status(plan, placed, opts, snap.variants(namespace, name))
+    new.variants = variant_status(plan, placed, opts, existing)
     new.placement = "; ".join(placed.reasons) or None
     placement_events = placement_event(placed, old_status.placement)
     new.desired_replicas = replicas

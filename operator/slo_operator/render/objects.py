@@ -465,8 +465,10 @@ def live_limit_patch(limit: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: str(limit)}}}
 
 
-def build_all(inp: RenderInput, *variants: RenderInput) -> list[dict[str, Any]]:
-    """Every object the operator applies for one service: the Deployment of ``inp`` and of
-    each further variant, then the service-wide Service and PodDisruptionBudget."""
-    return [build_deployment(inp), *(build_deployment(v) for v in variants),
-            build_service(inp), build_pdb(inp)]
+def build_all(inp: RenderInput,
+              variants: Sequence[RenderInput] | None = None) -> list[dict[str, Any]]:
+    """Every object the operator applies for one service: a Deployment per variant in
+    ``variants`` (default: ``inp``'s own), then the service-wide Service and
+    PodDisruptionBudget from ``inp``."""
+    deployments = [build_deployment(v) for v in (variants if variants is not None else [inp])]
+    return [*deployments, build_service(inp), build_pdb(inp)]
