@@ -141,6 +141,13 @@ def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
                   gpu_resource=resource, node=str((body.get("spec") or {}).get("nodeName") or ""))
 
 
+def price_data(body: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """A price-list ConfigMap as ("namespace/name", its data as strings)."""
+    meta = body.get("metadata") or {}
+    return (f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            {str(k): str(v) for k, v in (body.get("data") or {}).items()})
+
+
 def service_deployments(
     variants: Mapping[ObjKey, Mapping[str, DeploymentObs]],
 ) -> dict[ObjKey, DeploymentObs]:
@@ -233,12 +240,9 @@ class Kube:
             if key and obs:
                 pods.setdefault(key, []).append(obs)
         nodes = [node_info(n) for n in self._wire(self.core.list_node()).get("items", [])]
-        prices = {
-            f"{c['metadata']['namespace']}/{c['metadata']['name']}":
-                {str(k): str(v) for k, v in (c.get("data") or {}).items()}
-            for c in self._wire(self.core.list_config_map_for_all_namespaces(
-                label_selector=f"{PRICES_LABEL}=true")).get("items", [])
-        }
+        prices = dict(price_data(c) for c in self._wire(
+            self.core.list_config_map_for_all_namespaces(
+                label_selector=f"{PRICES_LABEL}=true")).get("items", []))
         return Snapshot(
             services={obj_key(s): s for s in self.list_custom("InferenceService")},
             policies={obj_key(p): p for p in self.list_custom("SLOPolicy")},

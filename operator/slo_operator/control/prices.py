@@ -74,13 +74,13 @@ class PriceList:
     def per_gpu_hour(self, product: str, sharing_replicas: int = 1) -> float:
         """Price of one GPU-hour of ``product`` (a MIG slice or a time-sliced share costs
         its part of the parent GPU)."""
-        base_product = _MIG.split(product)[0] if _MIG.search(product) else product
+        m = _MIG.search(product)
+        base_product = product[:m.start()] if m else product
         price = self.prices.get(base_product)
         if price is None:
             res = resolve_product(base_product)
             key = res.hardware.product if res.hardware is not None else ""
             price = self.prices.get(key, UNKNOWN_PRICE)
-        m = _MIG.search(product)
         if m:
             price *= min(MIG_COMPUTE_SLICES, int(m.group(1))) / MIG_COMPUTE_SLICES
         return price / max(1, sharing_replicas)

@@ -19,6 +19,7 @@ from slo_operator.adapters.kube import (
     obj_key,
     owner_key,
     pod_obs,
+    price_data,
     service_deployments,
 )
 from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
@@ -65,9 +66,7 @@ def node_index(body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
 
 @kopf.index("", "v1", "configmaps", labels={PRICES_LABEL: "true"})
 def price_index(body: kopf.Body, **_: Any) -> dict[str, tuple[str, dict[str, str]]]:
-    meta = body.get("metadata") or {}
-    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    return {"prices": (name, {str(k): str(v) for k, v in (body.get("data") or {}).items()})}
+    return {"prices": price_data(body)}
 
 
 def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -80,7 +79,7 @@ def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
     for key, store in indexes["deployment_index"].items():
         for obs in store:
             variants.setdefault(key, {})[obs.variant] = obs
-    prices = {name: data for name, data in indexes["price_index"].get("prices", ())}
+    prices = dict(indexes["price_index"].get("prices", ()))
     return Snapshot(
         services=_one(indexes["service_index"]),
         policies=_one(indexes["policy_index"]),
