@@ -81,9 +81,26 @@ timeout -k 5 {timeout} "{python}" -m pytest -x -q -p no:cacheprovider "$@" || ex
 """
 
 
+# Runtime modules: their tests are asynchronous and need the asyncio plugin, which the
+# runner does not autoload.
+RUNTIME_TESTS: dict[str, tuple[str, ...]] = {
+    "admission.py": (f"{U}/runtime/test_runtime_gateway.py",),
+    "contract.py": (f"{U}/runtime/test_contract.py", f"{U}/test_render_runtime_contract.py",
+                    f"{U}/test_vllm_args.py"),
+}
+PLUGINS = ("-p", "pytest_asyncio.plugin")
+
+
+def source(module: str) -> str:
+    """The file a module name stands for: operator/slo_operator/<module>, or a runtime path."""
+    if module.startswith("runtime/"):
+        return module
+    return f"operator/slo_operator/{module}"
+
+
 def tests_for(module: str) -> list[str]:
     """The test files a module's mutants run against, those that exist in this checkout."""
-    listed = TESTS.get(module)
+    listed = TESTS.get(module) or RUNTIME_TESTS.get(module.removeprefix("runtime/slo_runtime/"))
     if listed is None:
         package = module.split("/")[0]
         needle = f"slo_operator.{package}"
@@ -92,6 +109,11 @@ def tests_for(module: str) -> list[str]:
     extra = sorted(str(p.relative_to(ROOT)) for p in (ROOT / U).rglob("test_*mutants*.py")
                    if Path(module).stem in p.name)
     return [t for t in dict.fromkeys((*listed, *extra)) if (ROOT / t).exists()]
+
+
+def plugins_for(module: str) -> tuple[str, ...]:
+    """Pytest plugins a module's tests need (autoloading is off in the runner)."""
+    return PLUGINS if module.startswith("runtime/") else ()
 
 
 def workdir(module: str) -> Path:
@@ -134,8 +156,8 @@ def env_for(work: Path) -> dict[str, str]:
 
 def run(module: str, timeout: int) -> int:
     """Run mutmut over one module; return its exit status."""
-    if not (PKG / module).is_file():
-        sys.exit(f"no module operator/slo_operator/{module}")
+    if not (ROOT / source(module)).is_file():
+        sys.exit(f"no module {source(module)}")
     tests = tests_for(module)
     if not tests:
         sys.exit(f"no unit tests found for {module}")
@@ -147,8 +169,8 @@ def run(module: str, timeout: int) -> int:
     runner.write_text(RUNNER.format(timeout=timeout, python=sys.executable))
     runner.chmod(0o755)
     cmd = [sys.executable, "-m", "mutmut", "run",
-           "--paths-to-mutate", f"operator/slo_operator/{module}",
-           "--runner", f"{runner} {' '.join(tests)}"]
+           "--paths-to-mutate", source(module),
+           "--runner", " ".join([str(runner), *plugins_for(module), *tests])]
     log = work / "mutmut.log"
     print(f"{module}: {len(tests)} test files, work copy {work}, log {log}", flush=True)
     with log.open("w") as out:
@@ -168,7 +190,7 @@ def counts(module: str) -> dict[str, object]:
         rows = db.execute(
             "select m.status, count(*) from Mutant m join Line l on m.line = l.id "
             "join SourceFile s on l.sourcefile = s.id where s.filename = ? group by 1",
-            (f"operator/slo_operator/{module}",)).fetchall()
+            (source(module),)).fetchall()
     status = dict(rows)
     total = sum(status.values())
     killed = status.get("ok_killed", 0) + status.get("bad_timeout", 0)
@@ -181,7 +203,9 @@ def counts(module: str) -> dict[str, object]:
 def summary() -> None:
     """Print every module run so far and the total over them."""
     total = killed = 0
-    for module in sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")):
+    runtime = ROOT / "runtime" / "slo_runtime"
+    for module in [*sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")),
+                   *sorted(str(p.relative_to(ROOT)) for p in runtime.glob("*.py"))]:
         row = counts(module)
         if "total" not in row:
             continue
