@@ -95,11 +95,6 @@ def regex_value(value: str) -> str:
     return escape_label_value(re.escape(value))
 
 
-def matcher(label: str, value: str) -> str:
-    """``label="value"`` with the value escaped."""
-    return f'{label}="{escape_label_value(value)}"'
-
-
 def any_of(label: str, values: Iterable[str]) -> str:
     """``label=~"a|b"`` matching exactly the given values (escaped)."""
     return f'{label}=~"{"|".join(regex_value(v) for v in sorted(set(values)))}"'
