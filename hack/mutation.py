@@ -37,8 +37,6 @@ ENGINE = (f"{U}/test_engine.py", f"{U}/test_plan.py", f"{U}/test_vllm_args.py",
           f"{U}/test_profiles.py", f"{U}/test_policy.py", f"{U}/test_render.py",
           f"{U}/test_render_runtime_contract.py")
 HARDWARE = (f"{U}/test_hardware.py", f"{U}/test_engine.py", f"{U}/test_plan.py")
-API = (f"{U}/test_api.py", f"{U}/test_crds.py", f"{U}/test_conditions.py",
-       f"{U}/test_policy.py", f"{U}/test_plan.py", f"{U}/test_render.py")
 LAW = (f"{C}/test_control_decide.py", f"{C}/test_control_closed_loop.py",
        f"{C}/test_control_properties.py", f"{C}/test_law_edges.py",
        f"{C}/test_tuning_documented.py")
@@ -73,8 +71,13 @@ for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "
     TESTS.setdefault(f"engine/{_m}.py", ENGINE)
 for _m in ("labels", "catalogue", "__init__"):
     TESTS.setdefault(f"hardware/{_m}.py", HARDWARE)
-for _m in ("models", "crd", "cluster", "observe", "errors", "conditions"):
-    TESTS.setdefault(f"api/{_m}.py", API)
+# api: the CRD staleness test first (it holds every schema fact); test_<stem>_mutants.py joins.
+TESTS.setdefault("api/models.py", (f"{U}/test_crds.py", f"{U}/test_api.py"))
+TESTS.setdefault("api/crd.py", (f"{U}/test_crds.py",))
+TESTS.setdefault("api/errors.py", (f"{U}/test_api.py",))
+TESTS.setdefault("api/observe.py", (f"{S}/test_slo_signals.py", f"{C}/test_control_decide.py"))
+TESTS.setdefault("api/cluster.py", (f"{U}/test_conditions.py",))
+TESTS.setdefault("api/conditions.py", (f"{U}/test_conditions.py",))
 
 RUNNER = """#!/bin/bash
 timeout -k 5 {timeout} "{python}" -m pytest -x -q -p no:cacheprovider "$@" || exit 1
