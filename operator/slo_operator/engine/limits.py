@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from slo_operator.api.models import Batching, EngineSpec, ModelSpec
+from slo_operator.engine.fields import F_GMU, F_MAX_BATCH, F_MAX_LEN, F_MNBT, F_TP
 from slo_operator.engine.types import EngineError
 
 # vLLM's human_readable_int (vllm/engine/arg_utils.py): decimal k/m/g/t in lower case,
@@ -75,14 +76,12 @@ def parse_fraction(raw: str) -> float | None:
 
 # vllm option dest -> (model, field, the CRD path whose rule applies).
 OPTION_RULES: dict[str, tuple[type[BaseModel], str, str]] = {
-    "tensor_parallel_size": (EngineSpec, "tensor_parallel_size", "spec.engine.tensorParallelSize"),
-    "gpu_memory_utilization": (
-        EngineSpec, "gpu_memory_utilization", "spec.engine.gpuMemoryUtilization"),
-    "max_num_batched_tokens": (
-        EngineSpec, "max_num_batched_tokens", "spec.engine.maxNumBatchedTokens"),
-    "max_model_len": (ModelSpec, "max_model_len", "spec.model.maxModelLen"),
+    "tensor_parallel_size": (EngineSpec, "tensor_parallel_size", F_TP),
+    "gpu_memory_utilization": (EngineSpec, "gpu_memory_utilization", F_GMU),
+    "max_num_batched_tokens": (EngineSpec, "max_num_batched_tokens", F_MNBT),
+    "max_model_len": (ModelSpec, "max_model_len", F_MAX_LEN),
     # --max-num-seqs is the per-replica batch ceiling: the policy's maxBatch rule.
-    "max_num_seqs": (Batching, "max_batch", "spec.batching.maxBatch"),
+    "max_num_seqs": (Batching, "max_batch", F_MAX_BATCH),
 }
 
 

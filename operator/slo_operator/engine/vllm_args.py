@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slo_operator.engine.fields import F_EXTRA
 from slo_runtime.contract import (
     ArgAction,
     ParsedOption,
@@ -37,6 +38,6 @@ def validate(args: Sequence[str]) -> list[Problem]:
     return load_vllm_spec().validate(args)
 
 
-def validate_extra_args(extra: Sequence[str], path: str = "spec.engine.extraArgs") -> list[Problem]:
+def validate_extra_args(extra: Sequence[str], path: str = F_EXTRA) -> list[Problem]:
     """Validate a user's extra arguments; problems name ``path[i]``."""
     return load_vllm_spec().validate_extra_args(extra, path)
