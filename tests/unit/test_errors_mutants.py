@@ -1,0 +1,104 @@
+"""Validation messages name the CRD field as kubectl users write it (api.errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from slo_operator.api.errors import FieldProblem, field_problems, summarize
+from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
+
+MODEL = {"name": "m", "sizeBillions": 8}
+
+
+def _problems(cls: Any, data: dict[str, Any], **kw: str) -> list[FieldProblem]:
+    with pytest.raises(ValidationError) as exc:
+        cls.model_validate(data)
+    return field_problems(exc.value, **kw)
+
+
+def _crafted(loc: tuple[int | str, ...], message: str) -> ValidationError:
+    return ValidationError.from_exception_data(
+        "Spec", [{"type": "value_error", "loc": loc, "input": None,
+                  "ctx": {"error": ValueError(message)}}])
+
+
+def test_a_problem_prints_as_field_colon_message() -> None:
+    assert str(FieldProblem("spec.window", "bad")) == "spec.window: bad"
+
+
+def test_summary_joins_problems_with_semicolons() -> None:
+    problems = [FieldProblem("spec.a", "x"), FieldProblem("spec.b[0]", "y")]
+    assert summarize(problems) == "spec.a: x; spec.b[0]: y"
+    assert summarize([]) == ""
+
+
+def test_list_indexes_are_bracketed_and_names_dotted() -> None:
+    problems = _problems(InferenceServiceSpec, {
+        "model": MODEL, "hardware": {"tolerations": [{"key": "a"}, {"key": "b", "value": "UP",
+                                                                    "operator": "Exists"}]}})
+    assert [(p.field, p.message) for p in problems] == [
+        ("spec.hardware.tolerations[1].value", "operator Exists takes no value")]
+
+
+def test_plain_field_errors_keep_pydantics_message_under_the_default_prefix() -> None:
+    problems = _problems(InferenceServiceSpec, {"model": {**MODEL, "sizeBillions": 0}})
+    assert [(p.field, p.message) for p in problems] == [
+        ("spec.model.sizeBillions", "Input should be greater than 0")]
+
+
+@pytest.mark.parametrize(("prefix", "want"), [("", "model.sizeBillions"),
+                                               ("x.spec", "x.spec.model.sizeBillions")])
+def test_the_prefix_is_the_path_root(prefix: str, want: str) -> None:
+    problems = _problems(InferenceServiceSpec, {"model": {"name": "m"}}, prefix=prefix)
+    assert [p.field for p in problems] == [want]
+
+
+def test_an_index_at_the_root_is_bracketed_after_the_prefix() -> None:
+    problems = field_problems(_crafted((2, "name"), "bad"), prefix="")
+    assert [str(p) for p in problems] == ["[2].name: bad"]
+
+
+def test_value_error_prefix_is_dropped_from_field_validator_messages() -> None:
+    problems = _problems(InferenceServiceSpec, {"model": {**MODEL, "servedName": "-x"}})
+    assert [p.field for p in problems] == ["spec.model.servedName"]
+    assert problems[0].message.startswith("must not start with '-'")
+
+
+def test_cross_field_messages_naming_spec_paths_are_used_as_they_are() -> None:
+    problems = _problems(SLOPolicySpec, {"scaling": {"minReplicas": 5, "maxReplicas": 2}})
+    assert [(p.field, p.message) for p in problems] == [(
+        "spec.scaling.minReplicas",
+        "spec.scaling.minReplicas (5) must be <= spec.scaling.maxReplicas (2)")]
+
+
+def test_a_validator_naming_its_own_field_is_joined_to_the_objects_path() -> None:
+    problems = _problems(InferenceServiceSpec, {
+        "model": MODEL, "engine": {"env": [{"name": "A"}, {"name": "A"}]}})
+    assert [(p.field, p.message) for p in problems] == [
+        ("spec.engine.env[1].name", "'A' is set twice")]
+
+
+def test_a_leading_dot_without_a_colon_is_an_ordinary_message() -> None:
+    problems = field_problems(_crafted(("engine",), ".5 is not allowed"))
+    assert [(p.field, p.message) for p in problems] == [("spec.engine", ".5 is not allowed")]
+
+
+def test_a_message_starting_with_spec_but_not_a_path_still_names_its_first_word() -> None:
+    problems = field_problems(_crafted(("scaling",), "spec.scaling.maxReplicas too low"))
+    assert [(p.field, p.message) for p in problems] == [
+        ("spec.scaling.maxReplicas", "spec.scaling.maxReplicas too low")]
+
+
+@pytest.mark.parametrize("tag", ["function-after", "function-before"])
+def test_validator_wrapper_tags_are_not_part_of_the_path(tag: str) -> None:
+    problems = field_problems(_crafted(("model", tag, "name"), "bad"))
+    assert [str(p) for p in problems] == ["spec.model.name: bad"]
+
+
+def test_one_problem_per_error_in_order() -> None:
+    problems = _problems(SLOPolicySpec, {"window": "soon", "priority": -1})
+    assert [p.field for p in problems] == ["spec.window", "spec.priority"]
+    assert "greater than or equal to 0" in problems[1].message
