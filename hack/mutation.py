@@ -63,14 +63,16 @@ TESTS: dict[str, tuple[str, ...]] = {
                          f"{C}/test_control_decide.py"),
     "control/placement.py": (f"{C}/test_placement.py", f"{U}/reconcile/test_placing.py"),
     "control/prices.py": (f"{C}/test_placement.py", f"{U}/reconcile/test_placing.py"),
+    "control/reasons.py": (f"{S}/test_slo_docs.py",),
     "render/names.py": (f"{U}/test_names.py", f"{U}/test_render.py"),
     "render/objects.py": (f"{U}/test_render.py", f"{U}/test_render_runtime_contract.py"),
 }
 for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "limits",
            "profiles", "types", "vllm_args", "fields", "__init__"):
     TESTS.setdefault(f"engine/{_m}.py", ENGINE)
-for _m in ("labels", "catalogue", "__init__"):
-    TESTS.setdefault(f"hardware/{_m}.py", HARDWARE)
+for _m in ("labels", "catalogue"):
+    TESTS.setdefault(f"hardware/{_m}.py", (f"{U}/test_{_m}_mutants.py", *HARDWARE))
+TESTS.setdefault("hardware/__init__.py", (f"{U}/test_hardware_init_mutants.py", *HARDWARE))
 # api: the CRD staleness test first (it holds every schema fact); test_<stem>_mutants.py joins.
 TESTS.setdefault("api/models.py", (f"{U}/test_crds.py", f"{U}/test_api.py"))
 TESTS.setdefault("api/crd.py", (f"{U}/test_crds.py",))
