@@ -300,7 +300,7 @@ def test_invalid_rows_are_rejected(row: str) -> None:
 
 @pytest.mark.parametrize("text", ["{product: X}", "just text", "", "42"])
 def test_catalogue_must_be_a_list(text: str) -> None:
-    with pytest.raises(ValueError, match="^GPU catalogue must be a YAML list of rows$"):
+    with pytest.raises(ValueError, match=r"^GPU catalogue must be a YAML list of rows$"):
         parse_catalogue(text)
 
 
