@@ -67,6 +67,9 @@ TESTS: dict[str, tuple[str, ...]] = {
     "render/names.py": (f"{U}/test_names.py", f"{U}/test_render.py"),
     "render/objects.py": (f"{U}/test_render.py", f"{U}/test_render_runtime_contract.py"),
 }
+# Engine rules: their own boundary tests kill what ENGINE kills (survivors checked against it).
+for _m in ("precision", "parallel", "batching", "overrides"):
+    TESTS[f"engine/{_m}.py"] = (f"{U}/test_{_m}_mutants.py",)
 for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "limits",
            "profiles", "types", "vllm_args", "fields", "__init__"):
     TESTS.setdefault(f"engine/{_m}.py", ENGINE)
