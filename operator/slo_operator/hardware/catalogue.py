@@ -8,7 +8,7 @@ target (AMD), so a product missing from the table follows the same rules as one 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -160,7 +160,7 @@ def features_for_gfx(gfx: str | None) -> Features:
 class _Row(BaseModel):
     """Schema of one row of ``data/gpus.yaml`` (validated on load)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
     product: str
     vendor: Vendor
@@ -173,9 +173,9 @@ class _Row(BaseModel):
     dense_bf16_tflops: float | None = None
     dense_fp8_tflops: float | None = None
     # Only for vendors whose support is not derived from an architecture code (Gaudi).
-    bf16: bool | None = None
-    fp8_compute: bool | None = None
-    fp8_kv_cache: bool | None = None
+    bf16: bool = False
+    fp8_compute: bool = False
+    fp8_kv_cache: bool = False
     fp8_format: Fp8Format | None = None
     labels: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
@@ -226,14 +226,13 @@ def _build(row: _Row) -> CatalogueEntry:
     elif row.vendor == "amd":
         feats = features_for_gfx(row.gfx_target)
     else:
-        fp8 = bool(row.fp8_compute)
         feats = Features(
             architecture=row.architecture or "unknown",
-            bf16=bool(row.bf16),
-            fp8_compute=fp8,
+            bf16=row.bf16,
+            fp8_compute=row.fp8_compute,
             fp8_weight_only=False,
-            fp8_kv_cache=bool(row.fp8_kv_cache),
-            fp8_format=row.fp8_format if fp8 else None,
+            fp8_kv_cache=row.fp8_kv_cache,
+            fp8_format=row.fp8_format if row.fp8_compute else None,
         )
     hw = HardwareClass(
         vendor=row.vendor,
@@ -313,8 +312,3 @@ def load_catalogue() -> Catalogue:
     """The catalogue shipped as package data (``slo_operator/data/gpus.yaml``)."""
     text = resources.files("slo_operator").joinpath("data/gpus.yaml").read_text("utf-8")
     return parse_catalogue(text)
-
-
-def with_memory(hw: HardwareClass, memory_gib: float) -> HardwareClass:
-    """Return ``hw`` with its per-device memory replaced by ``memory_gib``."""
-    return replace(hw, memory_gib=memory_gib)
