@@ -70,6 +70,12 @@ TESTS: dict[str, tuple[str, ...]] = {
 # Engine rules: their own boundary tests kill what ENGINE kills (survivors checked against it).
 for _m in ("precision", "parallel", "batching", "overrides"):
     TESTS[f"engine/{_m}.py"] = (f"{U}/test_{_m}_mutants.py",)
+# The planner's own modules: their boundary tests first, then the suite of plans they feed.
+for _m, _suite in (("plan", "engine"), ("sizing", "engine"), ("limits", "engine"),
+                   ("types", "engine"), ("profiles", "profiles"), ("vllm_args", "vllm_args")):
+    TESTS[f"engine/{_m}.py"] = (f"{U}/test_{_m}_mutants.py", f"{U}/test_{_suite}.py")
+TESTS["engine/fields.py"] = (f"{U}/test_fields_mutants.py",)
+TESTS["engine/__init__.py"] = (f"{U}/test_engine_init_mutants.py",)
 for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "limits",
            "profiles", "types", "vllm_args", "fields", "__init__"):
     TESTS.setdefault(f"engine/{_m}.py", ENGINE)
