@@ -54,11 +54,8 @@ def heads_text(model: ModelFacts) -> str:
 
 
 def _powers_of_two(limit: int) -> list[int]:
-    out, p = [], 1
-    while p <= limit:
-        out.append(p)
-        p *= 2
-    return out
+    """Powers of two from 1 up to ``limit`` (none below 1)."""
+    return [1 << i for i in range(max(limit, 0).bit_length())]
 
 
 def choose_tp(
