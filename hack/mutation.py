@@ -82,12 +82,13 @@ for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "
 for _m in ("labels", "catalogue"):
     TESTS.setdefault(f"hardware/{_m}.py", (f"{U}/test_{_m}_mutants.py", *HARDWARE))
 TESTS.setdefault("hardware/__init__.py", (f"{U}/test_hardware_init_mutants.py", *HARDWARE))
-# api: the CRD staleness test first (it holds every schema fact); test_<stem>_mutants.py joins.
+# api: the CRD staleness test first (it holds every schema fact); test_<stem>_mutants.py joins
+# (and alone covers the value modules).
 TESTS.setdefault("api/models.py", (f"{U}/test_crds.py", f"{U}/test_api.py"))
 TESTS.setdefault("api/crd.py", (f"{U}/test_crds.py",))
-TESTS.setdefault("api/errors.py", (f"{U}/test_api.py",))
-TESTS.setdefault("api/observe.py", (f"{S}/test_slo_signals.py", f"{C}/test_control_decide.py"))
-TESTS.setdefault("api/cluster.py", (f"{U}/test_conditions.py",))
+TESTS.setdefault("api/errors.py", (f"{U}/test_errors_mutants.py",))
+TESTS.setdefault("api/observe.py", (f"{U}/test_observe_mutants.py",))
+TESTS.setdefault("api/cluster.py", (f"{U}/test_cluster_mutants.py",))
 TESTS.setdefault("api/conditions.py", (f"{U}/test_conditions.py",))
 
 RUNNER = """#!/bin/bash
