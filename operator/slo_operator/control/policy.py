@@ -10,31 +10,32 @@ from slo_operator.control.capacity import StepTimes
 
 @dataclass(frozen=True)
 class ControlPolicy:
-    """Everything the control law reads from the user's objects (plain values)."""
+    """Everything the control law reads from the user's objects (plain values; their
+    defaults are the CRD's, applied when the SLOPolicy is read), plus tuning constants."""
 
     # Objectives (milliseconds; jitter as a coefficient of variation).
-    e2e_target_ms: float = 800.0
-    ttft_target_ms: float = 300.0
-    itl_target_ms: float | None = None
-    jitter_max: float = 0.15
-    window_s: float = 60.0
+    e2e_target_ms: float
+    ttft_target_ms: float
+    itl_target_ms: float | None
+    jitter_max: float
+    window_s: float
     # Scaling.
-    min_replicas: int = 1
-    max_replicas: int = 8
-    scale_up_stabilization_s: float = 0.0
-    scale_down_stabilization_s: float = 300.0
-    max_scale_up_step: int = 4
-    max_scale_down_step: int = 1
-    scale_to_zero: bool = False
+    min_replicas: int
+    max_replicas: int
+    scale_up_stabilization_s: float
+    scale_down_stabilization_s: float
+    max_scale_up_step: int
+    max_scale_down_step: int
+    scale_to_zero: bool
     # Batching: live | restart | off.
-    batching_mode: str = "live"
-    min_batch: int = 8
-    max_batch: int = 256
+    batching_mode: str
+    min_batch: int
+    max_batch: int
     # Fleet.
-    priority: int = 0
-    gpu_budget: int | None = None
+    priority: int
+    gpu_budget: int | None
     # Capacity seed for the service's hardware class and precision (None: built-in seed).
-    step_times: StepTimes | None = None
+    step_times: StepTimes | None
     # Tuning (not in the CRD; documented in docs/slo-loop.md).
     tolerance: float = 0.1  # dead band on the replica need, both directions
     burst_k: float = 1.0  # headroom in standard deviations of the recent request rate

@@ -5,13 +5,14 @@ A constant changed in code without the documentation (or the other way round) fa
 
 from __future__ import annotations
 
+from slo_operator.api.models import SLOPolicySpec
 from slo_operator.control import capacity, law
-from slo_operator.control.policy import ControlPolicy
+from slo_operator.control.policy import policy_for
 from slo_operator.slo import signals
 
 
 def test_control_policy_tuning_fields() -> None:
-    p = ControlPolicy()
+    p = policy_for(SLOPolicySpec())
     assert p.tolerance == 0.1  # dead band 10%
     assert p.burst_k == 1.0  # noise 1 deviation
     assert p.burst_lookback_s == 600.0  # burst headroom over 10 minutes
