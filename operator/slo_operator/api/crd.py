@@ -57,8 +57,6 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
         if len(options) == 1:
             merged = copy.deepcopy(options[0])
             merged.update(rest)
-            if merged.get("default", 0) is None:
-                del merged["default"]
             return _inline(merged, defs)
     out: dict[str, Any] = {}
     for key, value in schema.items():
