@@ -91,7 +91,7 @@ def test_render_input_defaults() -> None:
     assert (MINIMAL.gpu_product, dict(MINIMAL.pool_selector), dict(MINIMAL.node_selector)) == \
         ("", {}, {})
     assert (MINIMAL.tolerations, MINIMAL.replicas, MINIMAL.batch_ceiling) == ((), 1, 256)
-    assert (MINIMAL.tenant, MINIMAL.policy, MINIMAL.served_model_name) == ("", "", "")
+    assert (MINIMAL.tenant, MINIMAL.policy) == ("", "")
     assert (MINIMAL.expected_compute_capability, MINIMAL.fp8_policy, MINIMAL.node_gpu_label) == \
         ("", "auto", "")
     assert (MINIMAL.cpu_request, MINIMAL.memory_request, MINIMAL.variant) == ("", "", "")

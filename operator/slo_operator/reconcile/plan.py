@@ -511,7 +511,6 @@ def _variant(name: str, namespace: str, uid: str, spec: InferenceServiceSpec,
         batch_ceiling=engine.max_num_seqs,
         tenant=policy.tenant or namespace,
         policy=policy_name,
-        served_model_name=spec.model.served_name or spec.model.name,
         expected_compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
         # An explicit fp8 request keeps FP8 even where the node's profile finds no gain.
         fp8_policy="force" if spec.engine.precision == "fp8" else "auto",

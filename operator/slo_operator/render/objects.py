@@ -95,7 +95,6 @@ class RenderInput:
     batch_ceiling: int = 256
     tenant: str = ""
     policy: str = ""
-    served_model_name: str = ""
     expected_compute_capability: str = ""
     fp8_policy: str = "auto"
     # The node's own product label value (GFD / AMD labeller), which the in-pod probe
