@@ -197,15 +197,13 @@ def _summary(hw: HardwareClass) -> str:
 
 
 def _finish(
-    hw: HardwareClass | None,
+    hw: HardwareClass,
     entry: CatalogueEntry | None,
     problems: list[str],
     inconsistency: str | None,
     where: str,
 ) -> tuple[str, str]:
     """Pick reason and message; problems outrank inconsistency outrank unknown product."""
-    if hw is None:
-        return NO_GPU_LABELS, "no GPU labels"
     parts: list[str] = []
     if problems:
         reason = INVALID_LABEL
@@ -367,13 +365,12 @@ def _mig_profile_pool(labels: Mapping[str, str], profile: str) -> HardwareResolu
     prefix = f"nvidia.com/mig-{profile}."
     parent = labels.get(NV_PRODUCT, "").strip()
     product = labels.get(prefix + "product", "").strip() or f"{parent}-MIG-{profile}"
-    slice_labels = {k: v for k, v in labels.items() if k != NV_MIG_STRATEGY}
+    # The parent's memory would overstate the slice: only the slice's own label counts.
+    slice_labels = {k: v for k, v in labels.items() if k not in (NV_MIG_STRATEGY, NV_MEMORY)}
     slice_labels[NV_PRODUCT] = product
-    slice_labels[NV_COUNT] = labels.get(prefix + "count", "1")
+    slice_labels[NV_COUNT] = labels[prefix + "count"]  # the profile is listed from this label
     if prefix + "memory" in labels:
         slice_labels[NV_MEMORY] = labels[prefix + "memory"]
-    else:
-        slice_labels.pop(NV_MEMORY, None)  # the parent's memory would overstate the slice
     res = _classify_nvidia(slice_labels)
     hw = res.hardware
     assert hw is not None  # _classify_nvidia always resolves a class
@@ -484,14 +481,12 @@ def _classify_amd(labels: Mapping[str, str]) -> HardwareResolution:
         name = products[0][1] if products else (f"device {devices[0][1]}" if devices else "")
         hw = _unknown_class("amd", name or "unknown", name or "unknown AMD GPU", round(memory, 3))
 
-    if products:
-        key, value, n = products[0]
-        selector = {key: value if n == 0 else str(n)}
-        where = f"label {key}={value!r}" if n == 0 else f"label {key}={n}"
-    elif devices:
-        key, value, n = devices[0]
-        selector = {key: value if n == 0 else str(n)}
-        where = f"label {key}={value!r}" if n == 0 else f"label {key}={n}"
+    named = products or devices
+    if named:
+        # The label as the node has it: the name, or the device count of a counted label.
+        key = named[0][0]
+        selector = {key: labels[key].strip()}
+        where = f"label {key}={selector[key]!r}"
     else:
         selector = {}
         where = "labels without an AMD product-name or device-id"
