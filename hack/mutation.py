@@ -66,6 +66,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "control/prices.py": (f"{C}/test_prices_mutants.py", f"{C}/test_placement.py",
                           f"{U}/reconcile/test_placing.py"),
     "control/reasons.py": (f"{S}/test_slo_docs.py",),
+    "control/__init__.py": (f"{C}/test_init_mutants.py",),
     "render/names.py": (f"{U}/test_names.py", f"{U}/test_render.py"),
     "render/objects.py": (f"{U}/test_render.py", f"{U}/test_render_runtime_contract.py"),
 }
