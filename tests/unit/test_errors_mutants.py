@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
@@ -27,6 +28,13 @@ def _crafted(loc: tuple[int | str, ...], message: str) -> ValidationError:
 
 def test_a_problem_prints_as_field_colon_message() -> None:
     assert str(FieldProblem("spec.window", "bad")) == "spec.window: bad"
+
+
+def test_a_problem_is_an_immutable_value() -> None:
+    p = FieldProblem("spec.window", "bad")
+    with pytest.raises(FrozenInstanceError):
+        p.field = "spec.other"  # type: ignore[misc]
+    assert {p, FieldProblem("spec.window", "bad")} == {p}
 
 
 def test_summary_joins_problems_with_semicolons() -> None:
@@ -102,3 +110,18 @@ def test_one_problem_per_error_in_order() -> None:
     problems = _problems(SLOPolicySpec, {"window": "soon", "priority": -1})
     assert [p.field for p in problems] == ["spec.window", "spec.priority"]
     assert "greater than or equal to 0" in problems[1].message
+
+
+@pytest.mark.parametrize(("cls", "data", "want"), [
+    pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyP99Ms": 500, "interTokenLatencyMs": 600},
+                                 "window": "soon"},
+                 ["spec.objectives.interTokenLatencyMs", "spec.window"], id="after-a-spec-path"),
+    pytest.param(InferenceServiceSpec, {"model": MODEL,
+                                        "engine": {"env": [{"name": "A"}, {"name": "A"}]},
+                                        "hardware": {"gpusPerReplica": 0}},
+                 ["spec.engine.env[1].name", "spec.hardware.gpusPerReplica"],
+                 id="after-a-relative-path"),
+])
+def test_problems_after_a_validator_message_are_kept(cls: Any, data: dict[str, Any],
+                                                     want: list[str]) -> None:
+    assert [p.field for p in _problems(cls, data)] == want

@@ -35,11 +35,11 @@ def field_problems(err: ValidationError, prefix: str = "spec") -> list[FieldProb
     message is used as it is rather than prefixed twice.
     """
     problems: list[FieldProblem] = []
-    for e in err.errors(include_url=False):
+    for e in err.errors():
         loc = tuple(p for p in e["loc"] if p not in ("function-after", "function-before"))
         msg = str(e["msg"]).removeprefix("Value error, ")
         if msg.startswith("spec."):
-            field = msg.split(" ", 1)[0]
+            field = msg.partition(" ")[0]
             problems.append(FieldProblem(field, msg))
             continue
         if msg.startswith(".") and ": " in msg:
