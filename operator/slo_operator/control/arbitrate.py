@@ -78,6 +78,7 @@ def arbitrate(
     for r in order:
         released = max(0, r.held - capped[r.key]) * gpr[r.key]
         free[r.pool] = free.get(r.pool, 0) + released
+    # Every request's pool is in ``free`` from here on.
     granted: dict[ServiceKey, int] = {}
     for r in order:
         target = capped[r.key]
@@ -85,9 +86,8 @@ def arbitrate(
         if target <= held:
             granted[r.key] = target
             continue
-        can = free.get(r.pool, 0) // gpr[r.key]
-        extra = min(target - held, can)
-        free[r.pool] = free.get(r.pool, 0) - extra * gpr[r.key]
+        extra = min(target - held, free[r.pool] // gpr[r.key])
+        free[r.pool] -= extra * gpr[r.key]
         granted[r.key] = held + extra
 
     # 3. Reclaim from lower priorities for services still short.
@@ -95,7 +95,7 @@ def arbitrate(
         short = capped[r.key] - granted[r.key]
         if short <= 0:
             continue
-        need = short * gpr[r.key] - free.get(r.pool, 0)
+        need = short * gpr[r.key] - free[r.pool]
         victims = [v for v in reversed(order)
                    if v.pool == r.pool and v.priority < r.priority]
         for v in victims:
@@ -106,12 +106,12 @@ def arbitrate(
                 continue
             take = min(spare, -(-need // gpr[v.key]))
             granted[v.key] -= take
-            free[r.pool] = free.get(r.pool, 0) + take * gpr[v.key]
+            free[r.pool] += take * gpr[v.key]
             need -= take * gpr[v.key]
             why[v.key] = (R.GPUS_RECLAIMED, f"{take} replica(s) given up to higher-priority "
                           f"{r.key} (priority {r.priority} > {v.priority}) in pool {r.pool!r}")
-        extra = min(short, free.get(r.pool, 0) // gpr[r.key])
-        free[r.pool] = free.get(r.pool, 0) - extra * gpr[r.key]
+        extra = min(short, free[r.pool] // gpr[r.key])
+        free[r.pool] -= extra * gpr[r.key]
         granted[r.key] += extra
 
     # 4. Reasons for everyone short of their wish.
@@ -121,8 +121,10 @@ def arbitrate(
         if n >= r.wanted:
             out[r.key] = Grant(r.key, n)
             continue
-        reason, message = why.get(r.key, (R.NO_GPUS, ""))
-        if reason == R.NO_GPUS:
+        if r.key in why:
+            reason, message = why[r.key]
+        else:
+            reason = R.NO_GPUS
             message = (f"pool {r.pool!r} has no free GPUs for {r.wanted - n} more replica(s) "
                        f"of {gpr[r.key]} GPU(s); higher-priority services were served first")
         out[r.key] = Grant(r.key, n, reason, f"wanted {r.wanted}, granted {n}: {message}")
