@@ -57,7 +57,8 @@ def is_label_value(value: str) -> bool:
 
 def is_object_name(value: str) -> bool:
     """Whether ``value`` is a valid custom-resource name (DNS-1123 subdomain, <= 253)."""
-    return 0 < len(value) <= 253 and DNS1123_SUBDOMAIN_RE.match(value) is not None
+    # The pattern needs at least one character: no separate test for the empty name.
+    return len(value) <= 253 and DNS1123_SUBDOMAIN_RE.match(value) is not None
 
 
 def is_namespace_name(value: str) -> bool:
