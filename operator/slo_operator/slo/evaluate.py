@@ -91,7 +91,7 @@ def decode_runs(runs: str, limit: int = 1_000_000) -> str:
     """Inverse of ``encode_runs``; malformed input yields what parses, at most ``limit``."""
     out: list[str] = []
     total = 0
-    for ch, n in _RUN.findall(runs or ""):
+    for ch, n in _RUN.findall(runs):
         k = min(int(n), limit - total)
         out.append(ch * k)
         total += k
