@@ -75,11 +75,10 @@ class StepTimes:
         """Linear reduction of the shared step model: least squares of the decode step over
         batches 1..``max_batch``, and the marginal cost of a prompt token in a mixed step."""
         bs = range(1, max(2, max_batch) + 1)
-        ys = [model.decode_ms(b) for b in bs]
-        n = len(ys)
-        mx, my = sum(bs) / n, sum(ys) / n
-        slope = sum((b - mx) * (y - my) for b, y in zip(bs, ys, strict=True)) \
-            / sum((b - mx) ** 2 for b in bs)
+        ys = {b: model.decode_ms(b) for b in bs}
+        mx, my = sum(bs) / len(bs), sum(ys.values()) / len(bs)
+        # Deviations of b sum to zero, so sum((b - mx) * y) is the covariance's numerator.
+        slope = sum((b - mx) * y for b, y in ys.items()) / sum((b - mx) ** 2 for b in bs)
         per_token = (model.prefill_ms(prefill_tokens) - model.weights_ms) / prefill_tokens
         return cls(max(0.0, my - slope * mx), max(0.0, slope), max(0.0, per_token))
 
@@ -110,7 +109,7 @@ DEFAULT_STEP_TIMES = SEED_STEP_TIMES[(8.0, "bf16")]
 def seed_step_times(model_size_b: float | None, precision: str, hardware: str = "") -> StepTimes:
     """Seed step times for a model size, precision and GPU, scaled from the nearest profile."""
     prec = "fp8" if precision == "fp8" else "bf16"  # fp16 streams the same bytes as bf16
-    size, seed = 8.0, SEED_STEP_TIMES[(8.0, prec)]
+    seed = SEED_STEP_TIMES[(8.0, prec)]
     if model_size_b is not None and model_size_b > 0:
         size, seed = min(
             ((s, t) for (s, p), t in SEED_STEP_TIMES.items() if p == prec),
