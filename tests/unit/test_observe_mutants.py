@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
+from typing import get_type_hints
 
 import pytest
 
@@ -60,3 +61,26 @@ def test_observation_defaults() -> None:
     assert obs.labels == {}
     other = Observation(ServiceKey("ns", "svc"), 10.0, Signals(), ReplicaCounts(), 8, 16)
     assert obs.labels is not other.labels
+
+
+@pytest.mark.parametrize("value", [
+    ServiceKey("ns", "svc"), Signals(), ReplicaCounts(),
+    Observation(ServiceKey("ns", "svc"), 1.0, Signals(), ReplicaCounts(), 8, 16)])
+def test_observed_values_are_immutable(value: object) -> None:
+    with pytest.raises(FrozenInstanceError):
+        value.now = 2.0  # type: ignore[attr-defined]
+
+
+def test_a_service_key_is_a_dict_key() -> None:
+    assert {ServiceKey("ns", "a"): 1}[ServiceKey("ns", "a")] == 1
+
+
+def test_unobserved_fields_are_typed_optional() -> None:
+    """The declared types resolve (typing.get_type_hints), optional where None means
+    not observed."""
+    hints = get_type_hints(Signals)
+    optional = {name for name, hint in hints.items() if hint in (float | None, int | None)}
+    assert optional == {f.name for f in fields(Signals)} - {"state", "message", "latency_source"}
+    assert hints["pods"] == int | None
+    obs = get_type_hints(Observation)
+    assert (obs["max_num_batched_tokens"], obs["model_size_b"]) == (int | None, float | None)
