@@ -185,7 +185,7 @@ def plan_engine(
         )
     ctx = model.max_model_len if model.max_model_len is not None else DEFAULT_CONTEXT_TOKENS
     total_weight = weight_gib(params, bpp)
-    dtype_desc = {2.0: "16-bit", 1.0: "8-bit", 0.5: "4-bit"}.get(bpp, f"{bpp:g}-byte")
+    dtype_desc = f"{bpp * 8:g}-bit"
     try:
         chosen = choose_tp(
             hw=hw,
@@ -229,7 +229,7 @@ def plan_engine(
     )
 
     final = chosen
-    if conflicts:
+    if eff != planned:
         ctx = eff.max_model_len if eff.max_model_len is not None else DEFAULT_CONTEXT_TOKENS
         final = fit(
             tp=max(eff.tensor_parallel_size, 1),
