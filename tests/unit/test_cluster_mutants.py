@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from collections.abc import Mapping
+from dataclasses import FrozenInstanceError, fields
+from typing import Any, get_type_hints
 
 import pytest
 
@@ -10,6 +12,7 @@ from slo_operator.api.cluster import (
     ApiRejected,
     DeploymentObs,
     NodeInfo,
+    ObjKey,
     PodObs,
     Snapshot,
 )
@@ -116,3 +119,22 @@ def test_api_rejection_keeps_the_servers_message() -> None:
     assert str(err) == "Deployment chat: spec.replicas: must be >= 0"
     assert (err.kind, err.name, err.status, err.message) == (
         "Deployment", "chat", 422, "spec.replicas: must be >= 0")
+
+
+@pytest.mark.parametrize("value", [
+    NodeInfo("n", {}), DeploymentObs(), PodObs("p", "Running"), Snapshot()])
+def test_observed_objects_are_immutable(value: object) -> None:
+    with pytest.raises(FrozenInstanceError):
+        value.name = "other"  # type: ignore[attr-defined]
+
+
+def test_declared_types_resolve() -> None:
+    """typing.get_type_hints reads the same types the adapters and tests build."""
+    assert ObjKey == tuple[str, str]
+    assert get_type_hints(DeploymentObs)["spec_replicas"] == int | None
+    pod = get_type_hints(PodObs)
+    assert (pod["inflight_limit"], pod["ready_since"]) == (int | None, float | None)
+    assert get_type_hints(Snapshot)["prices"] == Mapping[str, Mapping[str, str]] | None
+    assert get_type_hints(DeploymentObs.total)["return"] == DeploymentObs | None
+    assert get_type_hints(Snapshot.policy)["return"] == Mapping[str, Any] | None
+    assert get_type_hints(Snapshot.deployment)["return"] == DeploymentObs | None
