@@ -8,6 +8,7 @@ runtime come from ``slo_runtime.contract``; the rest is written out as the clust
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import replace
@@ -83,6 +84,11 @@ def test_public_names_resolve() -> None:
     ]
     for name in objects.__all__:
         assert getattr(objects, name) == getattr(c, name)
+
+
+def test_render_input_is_immutable() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        INP.replicas = 5  # type: ignore[misc]
 
 
 def test_render_input_defaults() -> None:
