@@ -47,17 +47,14 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
         return schema
     if "$ref" in schema:
         name = schema["$ref"].split("/")[-1]
-        merged = copy.deepcopy(defs[name])
+        # _inline builds new dicts and never changes its input: a shallow merge will do.
         extra = {k: v for k, v in schema.items() if k != "$ref"}
-        merged.update(extra)
-        return _inline(merged, defs)
+        return _inline({**defs[name], **extra}, defs)
     if "anyOf" in schema:
         options = [o for o in schema["anyOf"] if o.get("type") != "null"]
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         if len(options) == 1:
-            merged = copy.deepcopy(options[0])
-            merged.update(rest)
-            return _inline(merged, defs)
+            return _inline({**options[0], **rest}, defs)
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key in _DROP_KEYS:
