@@ -53,11 +53,9 @@ def parse_duration(value: str) -> int:
     return int(value[:-1]) * _DURATION_UNITS[value[-1]]
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
-    out: JsonDict = {"rule": rule, "message": message}
-    if field_path:
-        out["fieldPath"] = field_path
-    return out
+def _cel(rule: str, message: str, field_path: str) -> JsonDict:
+    """A CEL rule with the message and the field (relative path) ``kubectl`` shows."""
+    return {"rule": rule, "message": message, "fieldPath": field_path}
 
 
 class _Model(BaseModel):
