@@ -41,6 +41,7 @@ def test_total_of_nothing_is_none_and_of_one_is_that_one() -> None:
     one = DeploymentObs(replicas=3, generation=2, observed_generation=1, spec_replicas=None,
                         name="a", variant="h100")
     assert DeploymentObs.total([one]) is one
+    assert one.total([]) is None  # a static method: the instance plays no part
 
 
 def test_total_sums_counts_and_replicas_asked() -> None:
