@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import get_type_hints
 
 from slo_operator.api import conditions as C
 from slo_operator.api.conditions import Cond, merge_conditions, transitions
@@ -40,3 +41,9 @@ def test_a_merged_condition_carries_every_field_on_the_wire() -> None:
     assert c.model_dump(by_alias=True) == {
         "type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": "0/1",
         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": None}
+
+
+def test_declared_types_resolve() -> None:
+    """Unknown is a status of None: the types say so (typing.get_type_hints)."""
+    assert get_type_hints(Cond)["status"] == bool | None
+    assert get_type_hints(merge_conditions)["generation"] == int | None
