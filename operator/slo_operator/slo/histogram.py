@@ -33,18 +33,17 @@ def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     if total <= 0 or not 0 <= q <= 1:
         return None
     rank = q * total
-    prev_le, prev_c = 0.0, 0.0
-    for i, (le, c) in enumerate(pts):
-        if c >= rank:
-            if math.isinf(le):
-                return pts[i - 1][0]
-            if i == 0 and le <= 0:
-                return le
-            if c == prev_c:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
-        prev_le, prev_c = le, c
-    return pts[-2][0]
+    # The first bucket holding the rank; the +Inf bucket holds every observation.
+    i = next(i for i, (_, c) in enumerate(pts) if c >= rank)
+    le, c = pts[i]
+    if math.isinf(le):
+        return pts[i - 1][0]
+    if i == 0 and le <= 0:
+        return le
+    prev_le, prev_c = pts[i - 1] if i else (0.0, 0.0)
+    if c == prev_c:
+        return le
+    return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
 
 
 def cv_lower_bound(buckets: Sequence[tuple[float, float]], total_sum: float) -> float | None:
