@@ -12,6 +12,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
+# A tenant's queue bound when the gateway is given none (its config default too).
+DEFAULT_MAX_QUEUE = 4096
+
+
 class QueueFull(Exception):
     """A tenant's queue is at its bound: the request is refused, not queued."""
 
@@ -30,7 +34,7 @@ class FairAdmission:
     current virtual time, so idleness earns no burst credit)."""
 
     def __init__(self, limit: int, weights: dict[str, float] | None = None,
-                 default_weight: float = 1.0, max_queue: int = 4096):
+                 default_weight: float = 1.0, max_queue: int = DEFAULT_MAX_QUEUE):
         self.limit = limit
         self.in_flight = 0
         self.vtime = 0.0
@@ -38,7 +42,6 @@ class FairAdmission:
         self.default_weight = default_weight
         self.tenants: dict[str, _Tenant] = {
             t: _Tenant(w) for t, w in (weights or {}).items()}
-        self.granted: dict[str, int] = {}
 
     def _tenant(self, name: str) -> _Tenant:
         t = self.tenants.get(name)
@@ -62,7 +65,6 @@ class FairAdmission:
         self.vtime = max(self.vtime, t.vpass)
         t.vpass = max(t.vpass, self.vtime) + 1.0 / t.weight
         self.in_flight += 1
-        self.granted[name] = self.granted.get(name, 0) + 1
 
     def try_acquire(self, name: str) -> bool:
         """Grant at once when nothing waits and a slot is free."""

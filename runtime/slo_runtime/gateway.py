@@ -30,7 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
 
 from slo_runtime import contract
-from slo_runtime.admission import FairAdmission, QueueFull
+from slo_runtime.admission import DEFAULT_MAX_QUEUE, FairAdmission, QueueFull
 from slo_runtime.limitwatch import parse_limit, watch_limit_file
 
 log = logging.getLogger("slo_runtime.gateway")
@@ -69,7 +69,7 @@ class GatewayConfig:
     max_body_bytes: int = 4 * 2**20
     tenant_header: str = "X-Tenant"
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
-    max_queue_per_tenant: int = 4096
+    max_queue_per_tenant: int = DEFAULT_MAX_QUEUE
     queue_timeout_s: float = 300.0
     probe_file: str | None = None
 
