@@ -6,6 +6,7 @@ tests/fixtures/hardware (gpus.csv, device-names.yaml).
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from typing import get_args
 
 import pytest
@@ -380,3 +381,17 @@ def test_packaged_rows(product: str, want: tuple[object, ...]) -> None:
     assert hw.product == product and hw.known
     assert (hw.architecture, hw.bf16, hw.fp8_compute, hw.fp8_weight_only, hw.fp8_kv_cache,
             hw.fp8_format, hw.resource_name) == want
+
+
+def test_catalogue_values_are_immutable_and_hashable() -> None:
+    cat = load_catalogue()
+    entry = cat.lookup("H100")
+    assert entry is not None
+    feats = features_for_cc((9, 0))
+    for value, attr in ((entry.hardware, "memory_gib"), (feats, "bf16"), (entry, "labels"),
+                        (cat, "entries")):
+        with pytest.raises(FrozenInstanceError):
+            setattr(value, attr, None)
+    assert hash(entry.hardware) == hash(load_catalogue().by_key["H100SXM80GB"].hardware)
+    assert hash(feats) == hash(features_for_cc((9, 0)))
+    assert {entry: 1}[entry] == 1

@@ -195,6 +195,13 @@ def test_unknown_nvidia_class_is_conservative_and_labelled() -> None:
     assert hw.sources == ("node labels",)
 
 
+def test_unknown_nvidia_memory_is_rounded_like_a_known_one() -> None:
+    hw = _hw(classify_node({PRODUCT: "NVIDIA-H300", MEMORY: "1000"}))
+    assert hw.memory_gib == 0.977
+    known = _hw(classify_node({PRODUCT: "NVIDIA-H100-80GB-HBM3", MEMORY: "1000"}))
+    assert known.memory_gib == 0.977
+
+
 def test_product_of_another_vendor_in_the_nvidia_label_is_unknown() -> None:
     res = classify_node({PRODUCT: "AMD_Instinct_MI300X_OAM", MAJOR: "9"})
     assert res.reason == UNKNOWN_GPU_PRODUCT
@@ -455,6 +462,7 @@ def test_nodes_without_gpu_labels(labels: dict[str, str]) -> None:
         "or habana.ai/*); is GPU Feature Discovery or the AMD node labeller running?",
     )
     assert res.mig is False and res.shared is False and res.replicas == 1
+    assert res.mig_profiles == ()
 
 
 def test_amd_labels_outrank_gaudi_labels() -> None:
@@ -509,8 +517,8 @@ def test_amd_single_value_labels() -> None:
 
 def test_amd_counted_labels() -> None:
     res = classify_node({
-        AMD + "product-name.AMD_Instinct_MI210": "3",
         AMD + "product-name.AMD_Instinct_MI300X_OAM": "3",
+        AMD + "product-name.AMD_Instinct_MI210": "3",
         AMD + "device-id.74a1": "3",
         AMD + "device-id.740f": "3",
     })
@@ -527,7 +535,7 @@ def test_amd_counted_labels() -> None:
 
 
 def test_amd_several_device_ids_without_names() -> None:
-    res = classify_node({AMD + "device-id.74a1": "6", AMD + "device-id.740f": "2"})
+    res = classify_node({AMD + "device-id.740f": "2", AMD + "device-id.74a1": "6"})
     assert _hw(res).product == "MI300X-192GB"
     assert res.gpus_per_node == 6
     assert res.node_selector == {AMD + "device-id.74a1": "6"}
@@ -547,6 +555,11 @@ def test_amd_counted_label_selects_on_the_value_the_node_has(count: str) -> None
     res = classify_node({AMD + "device-id.74a1": count})
     assert res.gpus_per_node == 8
     assert res.node_selector == {AMD + "device-id.74a1": count.strip()}
+
+
+def test_amd_count_that_is_not_a_number_counts_no_device() -> None:
+    res = classify_node({AMD + "device-id.74a1": "lots", AMD + "device-id.74a5": "1"})
+    assert _hw(res).product == "MI325X-256GB"
 
 
 def test_amd_counted_label_with_a_bad_count() -> None:
@@ -571,6 +584,7 @@ def test_amd_count_label_outranks_counted_names() -> None:
 def test_amd_blank_single_value_falls_back_to_counted_labels() -> None:
     res = classify_node({AMD + "product-name": " ", AMD + "product-name.AMD_Instinct_MI210": "2"})
     assert _hw(res).product == "MI210-64GB"
+    assert res.gpus_per_node == 2
     assert res.node_selector == {AMD + "product-name.AMD_Instinct_MI210": "2"}
 
 
