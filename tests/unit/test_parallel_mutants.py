@@ -248,3 +248,20 @@ def test_user_tp_is_checked_and_kept() -> None:
 def test_user_tp_errors_name_its_source(gpus: int, model: ModelFacts, tp: int,
                                         want: str) -> None:
     assert tp_error(gpus, model, user(tp)) == ("src", want)
+
+
+@pytest.mark.parametrize(("gpus", "divisors"), [(5, "1, 3"), (6, "1, 3, 6"), (8, "1, 3, 6")])
+def test_divisors_offered_go_up_to_the_pool_size(gpus: int, divisors: str) -> None:
+    assert tp_error(gpus, m(70, heads=24, kv=3)) == (
+        F_TP,
+        "TP 2 would fit in memory but does not divide the model's 24 attention heads and 3 KV "
+        f"heads; set tensorParallelSize to one of {divisors} that fits")
+
+
+def test_sizes_the_heads_refuse_are_named_only_when_they_fit() -> None:
+    # TP 8 is refused by 20 heads but would not fit either: the model is too big.
+    assert tp_error(8, m(300, heads=20, kv=4)) == (
+        F_SIZE,
+        "org/m (300B) does not fit on 64 NVIDIA H100 SXM 80GB GPUs: weights 142.5 GiB + "
+        "overhead + KV for 1 sequence(s) of 8192 tokens (0.5 GiB) exceed 72.0 GiB per GPU "
+        "(80.0 GiB x 0.9) at TP 4")

@@ -122,7 +122,6 @@ def choose_tp(
         return f
 
     candidates = [tp for tp in _powers_of_two(gpus_per_node) if heads_ok(model, tp)]
-    tried: Fit | None = None
     for tp in candidates:
         f = at(tp)
         if f.fits:
@@ -144,13 +143,9 @@ def choose_tp(
                 )
             )
             return f
-        tried = f
-    more = [
-        tp
-        for tp in _powers_of_two(MAX_TP_HINT)
-        if tp > gpus_per_node and heads_ok(model, tp) and at(tp).fits
-    ]
-    detail = shortfall(tried) if tried is not None else "no TP size divides the KV heads"
+    # Every size up to the pool's that the heads allow was tried above and does not fit.
+    more = [tp for tp in _powers_of_two(MAX_TP_HINT) if heads_ok(model, tp) and at(tp).fits]
+    detail = shortfall(at(candidates[-1])) if candidates else "no TP size divides the KV heads"
     hint = ""
     if prefs.precision == "auto" and hw.fp8_compute and not prefs.allow_quantization:
         hint = "; FP8 weights would halve the weight memory if the policy allowed quantization"
