@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 
 from slo_operator.engine.types import (
@@ -9,6 +12,7 @@ from slo_operator.engine.types import (
     PRECISIONS,
     BatchBounds,
     EngineError,
+    EnginePlan,
     EnginePrefs,
     GpuSharing,
     ModelFacts,
@@ -71,3 +75,38 @@ def test_engine_error_names_the_field() -> None:
 def test_note_fields() -> None:
     n = Note("f", "Reason", "text")
     assert (n.field, n.reason, n.message) == ("f", "Reason", "text")
+
+
+def _instances() -> list[object]:
+    return [
+        ModelFacts(name="m"), EnginePrefs(), GpuSharing(), BatchBounds(), Note("f", "R", "m"),
+        EnginePlan(args=(), dtype="auto", quantization=None, kv_cache_dtype="auto",
+                   tensor_parallel_size=1, max_num_seqs=1, max_num_batched_tokens=1,
+                   gpu_memory_utilization=0.9, max_model_len=None, cudagraph_capture_sizes=(),
+                   notes=(), conflicts=(), env=(), est_weight_gib_per_gpu=0.0,
+                   est_kv_gib_per_gpu=0.0, est_max_concurrent_seqs=0),
+    ]
+
+
+@pytest.mark.parametrize("value", _instances(), ids=lambda v: type(v).__name__)
+def test_values_are_frozen(value: object) -> None:
+    name = next(iter(dataclasses.asdict(value)))  # type: ignore[call-overload]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(value, name, None)
+    assert hash(value) == hash(dataclasses.replace(value))  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize(("cls", "optional"), [
+    (ModelFacts, {"served_name": str, "params_billion": float, "max_model_len": int,
+                  "num_layers": int, "num_kv_heads": int, "num_attention_heads": int,
+                  "head_dim": int, "quantized_checkpoint": str}),
+    (EnginePrefs, {"tensor_parallel_size": int, "gpu_memory_utilization": float,
+                   "max_num_batched_tokens": int, "quant_config": str}),
+    (BatchBounds, {"initial": int}),
+    (EnginePlan, {"quantization": str, "max_model_len": int}),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_optional_fields_are_typed_as_optional(cls: type, optional: dict[str, type]) -> None:
+    hints = typing.get_type_hints(cls)
+    assert {k for k, v in hints.items() if type(None) in typing.get_args(v)} == set(optional)
+    for name, inner in optional.items():
+        assert hints[name] == inner | None
