@@ -283,3 +283,9 @@ def test_pipeline_and_data_parallel_are_refused(extra: tuple[str, ...], flag: st
     assert refused(*extra) == (
         X0, f"{flag}: only 1 is supported; set spec.engine.tensorParallelSize (one pod per "
             "replica, GPUs = tensor parallel)")
+
+
+def test_settings_are_immutable_values() -> None:
+    with pytest.raises(AttributeError):
+        PLANNED.dtype = "half"  # type: ignore[misc]
+    assert hash(PLANNED) == hash(replace(PLANNED))
