@@ -53,7 +53,10 @@ TESTS: dict[str, tuple[str, ...]] = {
                        f"{S}/test_slo_signals_properties.py"),
     "slo/evaluate.py": (f"{S}/test_slo_evaluate.py", f"{S}/test_slo_evaluate_edges.py",
                         f"{U}/reconcile/test_status.py"),
-    "control/law.py": LAW,
+    # The fast, targeted tests first: most mutants die there, in a second or two.
+    "control/law.py": (f"{C}/test_law_mutants.py", f"{C}/test_control_decide.py",
+                       f"{C}/test_law_edges.py", f"{C}/test_tuning_documented.py",
+                       f"{C}/test_control_closed_loop.py", f"{C}/test_control_properties.py"),
     "control/policy.py": (f"{C}/test_policy_mutants.py", f"{C}/test_replica_bounds.py", *LAW),
     "control/capacity.py": (f"{C}/test_control_capacity.py", f"{C}/test_capacity_edges.py",
                             f"{C}/test_control_decide.py", f"{C}/test_control_closed_loop.py"),
