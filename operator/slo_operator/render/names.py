@@ -72,12 +72,12 @@ def child_name(parent: str, suffix: str = "") -> str:
     if is_dns1035_label(wanted):
         return wanted
     tail = f"-{suffix}-{short_hash(wanted)}" if suffix else f"-{short_hash(wanted)}"
-    stem = re.sub(r"[^a-z0-9]+", "-", parent.lower()).strip("-")
-    if not stem or not stem[0].isalpha():
+    words = re.findall(r"[a-z0-9]+", parent.lower())
+    if not words or not words[0][0].isalpha():
         # A DNS-1035 label starts with a letter; names such as "8b-chat" are valid
         # custom-resource names but not Service names.
-        stem = f"x-{stem}".rstrip("-")
-    return stem[: MAX_LABEL - len(tail)].rstrip("-") + tail
+        words.insert(0, "x")
+    return "-".join(words)[: MAX_LABEL - len(tail)].rstrip("-") + tail
 
 
 def label_value(value: str) -> str:
