@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from slo_operator.engine.sizing import (
@@ -167,3 +169,22 @@ def test_fits_needs_the_reserve_and_some_kv(kv: float, reserve: float, fits: boo
     f = Fit(tp=1, weight_gib_per_gpu=1.0, kv_gib_per_gpu=kv, kv_reserve_gib_per_gpu=reserve,
             max_concurrent_seqs=0)
     assert f.fits is fits
+
+
+def test_fit_counts_a_sequence_in_less_than_a_gib() -> None:
+    # 10 GiB - 7.7 weights - 1.5 overhead = 0.8 GiB; 0.5 GiB per sequence of 4096 tokens.
+    got = fit(tp=1, total_weight_gib=7.7, shape=SHAPE, kv_bytes=2.0, memory_gib=10.0,
+              gpu_memory_utilization=1.0, context_tokens=4096, reserve_seqs=1)
+    assert got.kv_gib_per_gpu == pytest.approx(0.8)
+    assert got.max_concurrent_seqs == 1
+    assert got.fits
+
+
+def test_shapes_and_fits_are_frozen() -> None:
+    shape = ModelShape(num_layers=1, num_kv_heads=1, head_dim=1, estimated=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shape.num_layers = 2  # type: ignore[misc]
+    f = Fit(tp=1, weight_gib_per_gpu=1.0, kv_gib_per_gpu=1.0, kv_reserve_gib_per_gpu=1.0,
+            max_concurrent_seqs=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.tp = 2  # type: ignore[misc]

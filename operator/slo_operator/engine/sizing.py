@@ -89,13 +89,11 @@ def estimate_layers(params_billion: float) -> int:
     pts = _LAYER_ANCHORS
     if params_billion <= pts[0][0]:
         return pts[0][1]
-    if params_billion >= pts[-1][0]:
-        return pts[-1][1]
     for (p0, l0), (p1, l1) in itertools.pairwise(pts):
-        if p0 <= params_billion <= p1:
+        if params_billion <= p1:
             t = (math.log(params_billion) - math.log(p0)) / (math.log(p1) - math.log(p0))
             return round(l0 + t * (l1 - l0))
-    raise AssertionError("unreachable")  # pragma: no cover
+    return pts[-1][1]
 
 
 def model_shape(
@@ -184,15 +182,15 @@ def fit(
     """
     w = total_weight_gib / tp
     budget = memory_gib * gpu_memory_utilization
-    kv = budget - w - overhead_gib(tp)
+    kv = max(budget - w - overhead_gib(tp), 0.0)
     per_token = kv_bytes_per_token_per_gpu(shape, tp, kv_bytes)
     per_seq_gib = per_token * context_tokens / GIB
     reserve = per_seq_gib * reserve_seqs
-    seqs = int(kv // per_seq_gib) if kv > 0 and per_seq_gib > 0 else 0
+    seqs = int(kv // per_seq_gib) if per_seq_gib > 0 else 0
     return Fit(
         tp=tp,
         weight_gib_per_gpu=w,
-        kv_gib_per_gpu=max(kv, 0.0),
+        kv_gib_per_gpu=kv,
         kv_reserve_gib_per_gpu=reserve,
         max_concurrent_seqs=seqs,
     )
