@@ -11,7 +11,6 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
-
 # A tenant's queue bound when the gateway is given none (its config default too).
 DEFAULT_MAX_QUEUE = 4096
 
