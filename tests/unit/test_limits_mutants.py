@@ -30,6 +30,8 @@ def test_parse_count_suffixes(raw: str, want: int) -> None:
 @pytest.mark.parametrize("raw", [
     "1.5", "0.0001k", "1.0001K", "k", "Ki", "i", "1i", "1x", "1kk", "", " ", "inf", "-inf", "nan",
     "infk", "snan", "1e-31", "1e-40k", "1e-30", "1e-20T",
+    # Scaling would underflow these to zero.
+    "1e-999999999", "1e-999999999k",
 ])
 def test_parse_count_refuses_what_is_no_count(raw: str) -> None:
     assert parse_count(raw) is None

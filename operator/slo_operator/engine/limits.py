@@ -44,9 +44,9 @@ def parse_count(raw: str) -> int | None:
     """
     v = raw.strip()
     mult = 1
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+    for suffix, scale in _SUFFIXES.items():  # no suffix ends another: at most one matches
         if v.endswith(suffix):
-            v, mult = v[: -len(suffix)], _SUFFIXES[suffix]
+            v, mult = v[: -len(suffix)], scale
             break
     try:
         d = Decimal(v)
