@@ -58,10 +58,12 @@ def parse_profile(data: object, source: str) -> NodeProfile | None:
     """Read one profile document; None if it is no node profile or names an unknown GPU."""
     if not isinstance(data, Mapping):
         return None
-    if not str(data.get("format", "")).startswith("slo-runtime-profile/"):
+    if not str(data.get("format")).startswith("slo-runtime-profile/"):
         return None
-    resolved = resolve_product(str(data.get("device", "")))
-    if resolved.hardware is None or "model" not in data:
+    if "device" not in data or "model" not in data:
+        return None
+    resolved = resolve_product(str(data["device"]))
+    if resolved.hardware is None:
         return None
     return NodeProfile(
         source=source,
