@@ -257,6 +257,8 @@ def test_gaudi_row_flags_come_from_the_row() -> None:
     assert (g2.architecture, g2.bf16, g2.fp8_compute, g2.fp8_kv_cache, g2.fp8_format,
             g2.dense_fp8_tflops) == ("unknown", False, False, True, None, None)
     assert (g3.fp8_compute, g3.fp8_kv_cache, g3.fp8_format, g3.bf16) == (True, False, None, False)
+    assert (g3.dense_fp8_tflops, g3.dense_bf16_tflops, g3.memory_bandwidth_gbps) == (
+        None, None, None)
 
 
 @pytest.mark.parametrize("arch", get_args(Architecture))
@@ -284,6 +286,7 @@ def test_every_fp8_format_is_accepted_in_a_row(fmt: str) -> None:
         "{product: X, vendor: nvidia, display_name: X, memory_gib: -1, sources: [s]}",
         "{product: X, vendor: nvidia, display_name: X, memory_gib: 1, sources: []}",
         "{product: X, vendor: nvidia, display_name: X, memory_gib: 1}",
+        "{product: X, vendor: nvidia, display_name: X, sources: [s]}",
         "{product: X, vendor: arm, display_name: X, memory_gib: 1, sources: [s]}",
         "{product: X, vendor: nvidia, display_name: X, memory_gib: 1, sources: [s], tdp: 700}",
         "{product: X, vendor: intel, display_name: X, memory_gib: 1, sources: [s],"
@@ -291,7 +294,8 @@ def test_every_fp8_format_is_accepted_in_a_row(fmt: str) -> None:
         "{product: X, vendor: intel, display_name: X, memory_gib: 1, sources: [s],"
         " fp8_format: e5m2}",
     ],
-    ids=["zero-memory", "negative-memory", "no-sources", "sources-missing", "unknown-vendor",
+    ids=["zero-memory", "negative-memory", "no-sources", "sources-missing", "memory-missing",
+         "unknown-vendor",
          "unknown-column", "unknown-architecture", "unknown-fp8-format"],
 )
 def test_invalid_rows_are_rejected(row: str) -> None:
