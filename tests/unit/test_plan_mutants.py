@@ -96,7 +96,7 @@ def test_input_checks(kw: dict[str, object], field: str, message: str) -> None:
     {"gpus": 1},
     {"model": m(served_name=None)},
     {"model": m(0.001)},
-    {"model": m(max_model_len=16)},
+    {"model": m(max_model_len=1)},
     {"batch": BatchBounds(min_seqs=1, max_seqs=1)},
     {"batch": BatchBounds(min_seqs=8, max_seqs=8)},
     {"prefs": EnginePrefs(gpu_memory_utilization=1.0)},
@@ -114,13 +114,17 @@ def test_memory_fraction_reaches_the_options() -> None:
     assert (p.gpu_memory_utilization, arg(p, "--gpu-memory-utilization")) == (0.85, "0.85")
 
 
-@pytest.mark.parametrize(("replicas", "want"), [(2, 0.45), (3, 0.3), (4, 0.225), (7, 0.128)])
+@pytest.mark.parametrize(("replicas", "want"), [
+    (2, 0.45), (3, 0.3), (4, 0.225), (7, 0.128), (9, 0.1), (18, 0.05), (36, 0.025),
+])
 def test_time_sliced_share_is_rounded_down(replicas: int, want: float) -> None:
-    p = plan(sharing=GpuSharing(replicas=replicas))
+    h200 = hw("H200")
+    p = plan(model=m(0.5, max_model_len=1024), hardware=h200,
+             sharing=GpuSharing(replicas=replicas))
     assert p.gpu_memory_utilization == want
     assert arg(p, "--gpu-memory-utilization") == f"{want:g}"
     assert notes(p, "SharedGPU") == [
-        f"{NAME} is time-sliced {replicas} ways: latency is not isolated from other pods on the "
+        f"{h200.display_name} is time-sliced {replicas} ways: latency is not isolated from other pods on the "
         f"GPU; vLLM gets --gpu-memory-utilization {want:g} (its share of the memory) and tensor "
         "parallel 1"]
     assert notes(p, "SharedGPUMemory") == []

@@ -112,7 +112,8 @@ def _sharing_memory(
         # vLLM takes gpu-memory-utilization of the whole GPU's memory for itself; with
         # N pods time-slicing one GPU each may take only its share, or the later ones
         # fail at start with too little free memory.
-        gmu = math.floor(DEFAULT_GPU_MEMORY_UTILIZATION * share * 1000) / 1000
+        # Thousandths, rounded down (0.9 / 9 in floating point is just below 0.1).
+        gmu = math.floor(DEFAULT_GPU_MEMORY_UTILIZATION * 1000 / sharing.replicas) / 1000
     notes.append(Note(F_GMU, "SharedGPU", f"{hw.display_name} is time-sliced "
                       f"{sharing.replicas} ways: latency is not isolated from other pods on "
                       f"the GPU; vLLM gets --gpu-memory-utilization {gmu:g} (its share of "
@@ -232,7 +233,7 @@ def plan_engine(
     if eff != planned:
         ctx = eff.max_model_len if eff.max_model_len is not None else DEFAULT_CONTEXT_TOKENS
         final = fit(
-            tp=max(eff.tensor_parallel_size, 1),
+            tp=eff.tensor_parallel_size,
             total_weight_gib=weight_gib(params, eff.weight_bytes),
             shape=shape,
             kv_bytes=eff.kv_bytes,
