@@ -78,9 +78,8 @@ class PriceList:
         base_product = product[:m.start()] if m else product
         price = self.prices.get(base_product)
         if price is None:
-            res = resolve_product(base_product)
-            key = res.hardware.product if res.hardware is not None else ""
-            price = self.prices.get(key, UNKNOWN_PRICE)
+            hw = resolve_product(base_product).hardware
+            price = UNKNOWN_PRICE if hw is None else self.prices.get(hw.product, UNKNOWN_PRICE)
         if m:
             price *= min(MIG_COMPUTE_SLICES, int(m.group(1))) / MIG_COMPUTE_SLICES
         return price / max(1, sharing_replicas)

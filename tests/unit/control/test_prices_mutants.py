@@ -3,6 +3,7 @@ what is wrong with it (docs/placement.md, "The price list")."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -143,3 +144,16 @@ def test_unknown_keys_are_named_in_key_order_and_the_rest_applies() -> None:
     )
     assert prices.per_gpu_hour("L4-24GB") == 0.3
     assert "Banana" not in prices.prices
+
+
+def test_a_list_prices_a_name_it_holds_before_asking_the_catalogue() -> None:
+    prices = PriceList({"sim-gpu": 0.3, "H100-SXM-80GB": 2.0})
+    assert prices.per_gpu_hour("sim-gpu") == 0.3
+    assert prices.per_gpu_hour("sim-gpu-MIG-1g.10gb") == pytest.approx(0.3 / 7)
+    assert prices.per_gpu_hour("NVIDIA-H100-80GB-HBM3") == 2.0
+    assert prices.per_gpu_hour("A100-SXM4-80GB") == UNKNOWN_PRICE  # not in this list
+
+
+def test_a_price_list_is_immutable() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_PRICES.source = "x"  # type: ignore[misc]
