@@ -7,6 +7,7 @@ import pytest
 from slo_operator.engine.limits import (
     OPTION_RULES,
     TooLarge,
+    _adapter,
     checked,
     parse_count,
     parse_fraction,
@@ -28,8 +29,8 @@ def test_parse_count_suffixes(raw: str, want: int) -> None:
 
 
 @pytest.mark.parametrize("raw", [
-    "1.5", "0.0001k", "1.0001K", "k", "Ki", "i", "1i", "1x", "1kk", "", " ", "inf", "-inf", "nan",
-    "infk", "snan", "1e-31", "1e-40k", "1e-30", "1e-20T",
+    "1.5", "0.0001k", "1.0001K", "k", "Ki", "i", "1i", "1x", "1kk", "1Kk", "1Mik", "", " ",
+    "inf", "-inf", "nan", "infk", "snan", "1e-31", "1e-40k", "1e-30", "1e-20T",
     # Scaling would underflow these to zero.
     "1e-999999999", "1e-999999999k",
 ])
@@ -122,3 +123,8 @@ def test_checked_refuses_with_the_field_rule(dest: str, raw: str, message: str) 
     assert err.value.message == message
     assert err.value.__cause__ is None
     assert err.value.__suppress_context__ or err.value.__context__ is None
+
+
+@pytest.mark.parametrize("dest", sorted(OPTION_RULES))
+def test_each_field_rule_is_built_once(dest: str) -> None:
+    assert _adapter(dest) is _adapter(dest)

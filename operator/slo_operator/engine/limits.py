@@ -100,7 +100,7 @@ def checked(dest: str, raw: str, where: str, flag: str) -> int | float:
     rule_path = OPTION_RULES[dest][2]
     is_fraction = dest == "gpu_memory_utilization"
     try:
-        value: int | float | None = parse_fraction(raw) if is_fraction else parse_count(raw)
+        value = parse_fraction(raw) if is_fraction else parse_count(raw)
     except TooLarge:
         raise EngineError(where, f"{flag} {raw}: far too large (the rule of {rule_path})") from None
     if value is None:
@@ -109,6 +109,6 @@ def checked(dest: str, raw: str, where: str, flag: str) -> int | float:
     try:
         _adapter(dest).validate_python(value)
     except ValidationError as err:
-        msg = err.errors(include_url=False)[0]["msg"]
+        msg = err.errors()[0]["msg"]
         raise EngineError(where, f"{flag} {raw}: {msg} (the rule of {rule_path})") from None
     return value
