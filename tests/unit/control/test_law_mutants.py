@@ -4,6 +4,7 @@ rules, the burst statistics and the reason chosen (docs/slo-loop.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,12 @@ from control_support import PER_REPLICA, T0, history, make_obs, make_policy, mak
 from slo_operator.api.observe import MetricsState, Observation
 from slo_operator.control import ControlPolicy, ControlState, Decision, decide, law
 from slo_operator.control import reasons as R
-from slo_operator.control.capacity import DEFAULT_STEP_TIMES, Capacity, predicted_tokens_per_s
+from slo_operator.control.capacity import (
+    DEFAULT_STEP_TIMES,
+    Capacity,
+    StepTimes,
+    predicted_tokens_per_s,
+)
 
 POLICY = make_policy()
 COVERED = history(1, since=T0 - 400)  # wishes of one replica for longer than the window
@@ -289,6 +295,7 @@ def test_ttft_counts_when_one_prefill_step_fits_its_target() -> None:
     (1.0, 1.0, False, 1.0),  # on target: kept
     (1.0, 1.5, False, math.sqrt(1.5)),
     (1.0, 1.21, False, 1.1),
+    (1.0, 9.0, False, 1.5),  # at most 1.5x per cycle
     (2.0, 4.0, True, 2.0),  # settling: kept
     (1.0, 0.7, False, 1.0),  # not relaxed yet
     (1.0, 0.69, False, math.sqrt(0.99)),
@@ -857,3 +864,70 @@ def test_the_limit_in_force_is_what_the_replicas_are_planned_at() -> None:
     d = decide(make_obs(desired=2, rate=20.0, e2e=None, ttft=None), pol, make_state(), T0)
     assert (d.batch_limit, d.limit_reason) == (37, R.LIMIT_RESIZED)
     assert "(batch 37," in d.message
+
+
+# --- more boundaries ---------------------------------------------------------------------------
+def test_a_decision_is_immutable() -> None:
+    d = at(2.0, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.replicas = 3  # type: ignore[misc]
+
+
+def test_a_slow_replica_is_still_planned_from_the_model() -> None:
+    """Under one request per second per replica: the model still sizes, and corrects."""
+    slow = StepTimes(base_ms=100.0, per_seq_ms=5.0, prefill_ms_per_token=1.0)
+    d = decide(make_obs(desired=4, rate=0.5, e2e=None, ttft=2_000.0),
+               replace(POLICY, step_times=slow), make_state(), T0)
+    assert "at 0.29 req/s per replica" in d.message
+    assert d.state.correction == pytest.approx(math.sqrt(2.0))
+    assert d.need == pytest.approx(0.5 * math.sqrt(2.0) / 0.2909, rel=0.01)
+
+
+def test_speed_from_a_replica_slower_than_a_token_per_second() -> None:
+    st = StepTimes(base_ms=2_000.0, per_seq_ms=0.0, prefill_ms_per_token=0.0)
+    obs = with_signals(make_obs(desired=1, batch_limit=1, waiting=2.0, running=1.0),
+                       generation_tokens_rate=0.25, prompt_tokens_rate=0.0)
+    assert law._learn_speed(obs, st, 500.0, 1.0, 0) == (pytest.approx(0.7 + 0.3 * 0.5), 1)
+
+
+WIDE = replace(POLICY, tolerance=0.5, max_scale_down_step=4)
+
+
+@pytest.mark.parametrize(("need", "cur", "want"), [
+    (2.0, 4, 3),  # 3.0 with the tolerance: three
+    (2.0 + 1e-9, 4, 4),  # a hair above: four stay
+    (2.0, 5, 3),
+    (2.0 + 1e-9, 5, 4),
+    (1.0, 5, 2),  # 1.5 with the tolerance: two
+])
+def test_scale_in_with_the_tolerance_to_spare(need: float, cur: int, want: int) -> None:
+    assert at(need, cur, policy=WIDE, state=make_state(recommendations=COVERED)).replicas == want
+
+
+def test_the_minimum_outranks_a_step_that_lands_on_it() -> None:
+    d = at(0.5, 3, policy=replace(POLICY, min_replicas=2),
+           state=make_state(recommendations=COVERED))
+    assert (d.replicas, d.limited_reason) == (2, R.TOO_FEW_REPLICAS)
+
+
+def test_the_budget_outranks_a_step_that_lands_on_it() -> None:
+    d = at(9.0, 1, policy=replace(POLICY, gpu_budget=5))
+    assert (d.replicas, d.limited_reason) == (5, R.GPU_BUDGET)
+
+
+def test_an_older_rate_counts_for_the_trend_only_within_two_windows() -> None:
+    rates = ((T0 - 180.0, 2.0), (T0 - 60.0, 14.0))
+    d = decide(make_obs(desired=3, rate=20.0), replace(POLICY, burst_k=0.0),
+               make_state(rates=rates, recommendations=history(3, since=T0 - 600)), T0)
+    assert d.message.startswith("load 20.00 req/s (+0.00 burst")
+
+
+def test_a_recent_rate_sample_is_not_stored_again() -> None:
+    old = ((T0 - 500.0, 9.0), (T0 - 300.0, 9.5), (T0 - 10.0, 10.0))
+    d = decide(make_obs(rate=10.0), POLICY, make_state(rates=old), T0)
+    assert d.state.rates == old
+
+
+def test_no_move_leaves_everything() -> None:
+    assert limit() == (32, 1.0, None, "")
+    assert limit(bias=0.8, step=40, current=32) == (32, 0.9, None, "")
