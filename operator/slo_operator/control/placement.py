@@ -121,9 +121,9 @@ def slo_rate(
 def rank(options: Sequence[VariantOption]) -> list[VariantOption]:
     """Placement order: the user's product list first, then SLO-meeting before not, then
     the lowest cost per unit of SLO-meeting throughput; ties by variant id."""
-    def key(o: VariantOption) -> tuple[int, int, float, str]:
-        listed = o.preference if o.preference is not None else 1 << 30
-        return (listed, 0 if o.meets_slo else 1, o.cost_per_rate, o.variant)
+    def key(o: VariantOption) -> tuple[bool, int, bool, float, str]:
+        return (o.preference is None, o.preference or 0, not o.meets_slo, o.cost_per_rate,
+                o.variant)
     return sorted(options, key=key)
 
 
@@ -146,7 +146,7 @@ def place(total: int, options: Sequence[VariantOption]) -> Placement:
         return Placement({}, ())
     total = max(0, total)
     order = tuple(o.variant for o in ranked)
-    target = {o.variant: 0 for o in ranked}
+    target: dict[str, int] = {}
     reasons: list[str] = []
     left = total
     for o in ranked:
@@ -166,7 +166,7 @@ def place(total: int, options: Sequence[VariantOption]) -> Placement:
         why = ", ".join(f"{o.product} full ({max(0, o.free_gpus)} free GPUs"
                         + (f", {o.pending} Pending" if o.pending else "") + ")"
                         for o in full[:3])
-        reasons.append(f"{spilled} replica(s) spilled past {first.product}: {why or 'no room'}")
+        reasons.append(f"{spilled} replica(s) spilled past {first.product}: {why}")
 
     # Surge first: shrinking variants keep replicas until the growing ones are Ready.
     ready_now = sum(o.ready for o in ranked)
@@ -177,17 +177,14 @@ def place(total: int, options: Sequence[VariantOption]) -> Placement:
     moves = []
     for o in ranked:  # cheapest first: the dearest shrinking variants go first
         drop = o.current - target[o.variant]
-        if drop <= 0:
-            if drop < 0 and o.current:
-                moves.append(f"+{-drop} {o.product}")
-            continue
-        keep = min(drop, deficit)
-        if keep:
-            target[o.variant] += keep
-            deficit -= keep
-            held += keep
-        if drop - keep:
+        keep = min(max(0, drop), deficit)
+        target[o.variant] += keep
+        deficit -= keep
+        held += keep
+        if drop - keep > 0:
             moves.append(f"-{drop - keep} {o.product}")
+        elif drop < 0 and o.current:
+            moves.append(f"+{-drop} {o.product}")
     if held:
         reasons.append(f"{held} replica(s) kept on the pools they leave until the replicas "
                        "replacing them are Ready (surge first)")

@@ -3,7 +3,9 @@ key, and the exact reasons and moves ``place`` reports (docs/placement.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -261,3 +263,30 @@ def test_scale_in_with_a_not_ready_replica_moves_without_holding() -> None:
     got = place(2, options)
     assert got.replicas == {"h": 2, "a": 0} and got.held == 0
     assert got.moves == ("-2 A100-SXM4-80GB",) and got.reasons == ()
+
+
+def test_a_shrinking_variant_keeps_replicas_on_top_of_its_new_share() -> None:
+    """h has room for 2 of 4; a (3 Ready) keeps its share of 2 plus 1 held for Ready."""
+    options = [opt("h", H100, price=1, rate=2, free=2),
+               opt("a", A100, price=0.5, rate=0.4, current=3)]
+    got = place(4, options)
+    assert got.replicas == {"h": 2, "a": 3} and got.held == 1
+    assert got.moves == ()
+
+
+def test_options_and_placements_are_immutable_and_typed() -> None:
+    o = opt("v", H100)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.current = 2  # type: ignore[misc]
+    p = place(1, [o])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.held = 2  # type: ignore[misc]
+    for cls in (VariantOption, Placement):
+        hints = typing.get_type_hints(cls)
+        assert set(hints) == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_a_listed_product_at_position_zero_goes_before_position_one() -> None:
+    one = opt("one", L4, price=0.1, pref=1)
+    zero = opt("zero", H100, price=9.0, pref=0, meets=False)
+    assert [o.variant for o in rank([one, zero])] == ["zero", "one"]
