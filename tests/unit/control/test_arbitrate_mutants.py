@@ -3,6 +3,9 @@ stops the reclaim, GPUs left over by a reclaim serve the next service, negative 
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 from slo_operator.api.observe import ServiceKey
 from slo_operator.control import GpuRequest, Grant, arbitrate
 from slo_operator.control import reasons as R
@@ -91,3 +94,11 @@ def test_equal_priorities_go_by_namespace_then_name() -> None:
     out = arbitrate([req(c, 1, 0), req(b, 1, 0), req(a, 1, 0)], {"H100": 2}, {})
     assert {k: g.replicas for k, g in out.items()} == {a: 1, b: 1, c: 0}
     assert list(out) == [a, b, c]
+
+
+def test_requests_and_grants_have_declared_types() -> None:
+    for cls in (GpuRequest, Grant):
+        hints = typing.get_type_hints(cls)
+        assert set(hints) == {f.name for f in dataclasses.fields(cls)}
+    out = arbitrate([req(HI, 2, 0)], {"H100": 1}, {})
+    assert isinstance(out[HI].reason, str) and isinstance(out[HI].message, str)
