@@ -188,3 +188,13 @@ def test_shapes_and_fits_are_frozen() -> None:
             max_concurrent_seqs=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.tp = 2  # type: ignore[misc]
+
+
+def test_fit_never_counts_a_sequence_that_does_not_fit() -> None:
+    # 10 - 7.5 - 1.5 = 1.0 GiB of KV; at 16384 tokens a sequence takes kv_bytes GiB. The
+    # binary 0.1 is a little above 0.1, so ten such sequences exceed 1.0 GiB: nine fit.
+    got = fit(tp=1, total_weight_gib=7.5, shape=SHAPE, kv_bytes=0.1, memory_gib=10.0,
+              gpu_memory_utilization=1.0, context_tokens=16384, reserve_seqs=1)
+    assert got.kv_gib_per_gpu == 1.0
+    assert got.kv_reserve_gib_per_gpu == 0.1
+    assert got.max_concurrent_seqs == 9
