@@ -193,7 +193,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
     # fewer replicas with the tolerance to spare).
     tol = policy.tolerance
-    if need > cur * (1.0 + tol) or (cur == 0 and need > 0):
+    if need > cur * (1.0 + tol):  # from zero replicas: any need
         rec = math.ceil(need - 1e-9)
     elif math.ceil(need * (1.0 + tol) - 1e-9) < cur:
         rec = math.ceil(need * (1.0 + tol) - 1e-9)
@@ -334,8 +334,8 @@ def _hold(obs: Observation, policy: ControlPolicy, state: ControlState, now: flo
     """No valid decision: hold the last good one (never scale to zero for lack of data)."""
     cur = obs.replicas.desired
     held = state.last_good_replicas if state.last_good_replicas is not None else cur
-    if held == 0 and cur > 0:
-        held = cur
+    if held == 0:
+        held = cur  # never zero while replicas run
     held = max(policy.min_replicas, min(policy.max_replicas, held))
     limit = obs.batch_limit if policy.batching_mode == "off" or state.last_good_limit is None \
         else _in_range(state.last_good_limit, obs, policy)
