@@ -293,6 +293,14 @@ def test_sharing(labels: dict[str, str], shared: bool, replicas: int) -> None:
     assert res.reason == RESOLVED
 
 
+def test_shared_message() -> None:
+    res = classify_node({PRODUCT: "Tesla-T4-SHARED", REPLICAS: "4"})
+    assert res.message == (
+        "Label nvidia.com/gpu.product='Tesla-T4-SHARED' resolved to NVIDIA Tesla T4 (CC 7.5, "
+        "15.0 GiB, no BF16, no FP8); GPUs are shared (time-slicing or MPS), so latency is not "
+        "isolated")
+
+
 # ---------------------------------------------------------------- NVIDIA: MIG (H3)
 
 

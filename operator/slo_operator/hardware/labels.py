@@ -291,9 +291,9 @@ def _classify_nvidia(labels: Mapping[str, str]) -> HardwareResolution:
         )
         entry = None
 
+    # The capability builds only a class missing from the catalogue (a listed product keeps
+    # its row's): the labels' one, else the GPU family's (H5).
     cc = cc_label
-    if cc is None and entry is not None:
-        cc = entry.hardware.compute_capability
     if cc is None:
         cc = _FAMILY_CC.get(labels.get(NV_FAMILY, "").strip().lower())
 
