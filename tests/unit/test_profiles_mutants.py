@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +168,24 @@ def test_nearest_size_wins_one_per_context_sorted() -> None:
 def test_fp8_verdict(verdicts: tuple[bool, ...], want: bool | None) -> None:
     matches = [_profile(f"{i}.json", 2.0, fp8=v) for i, v in enumerate(verdicts)]
     assert fp8_verdict(matches) is want
+
+
+def test_profiles_of_models_below_a_billion_match() -> None:
+    p = _profile("small.json", 0.5)
+    assert match_profiles(H200, 0.5, [p]) == (p,)
+    assert match_profiles(H200, 0.7, [p]) == (p,)
+    assert match_profiles(H200, 0.8, [p]) == ()
+
+
+def test_sizes_a_millionth_apart_in_log_distance_are_equally_near() -> None:
+    above = _profile("above.json", 1.1, ctx=2)
+    below = _profile("below.json", math.exp(-math.log(1.1) - 3e-7), ctx=1)
+    assert match_profiles(H200, 1.0, [above, below]) == (below, above)
+    further = _profile("further.json", math.exp(-math.log(1.1) - 3e-6), ctx=1)
+    assert match_profiles(H200, 1.0, [above, further]) == (above,)
+
+
+def test_profiles_are_frozen() -> None:
+    p = _profile("p.json", 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.ctx = 2  # type: ignore[misc]
