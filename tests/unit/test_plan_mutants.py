@@ -124,9 +124,9 @@ def test_time_sliced_share_is_rounded_down(replicas: int, want: float) -> None:
     assert p.gpu_memory_utilization == want
     assert arg(p, "--gpu-memory-utilization") == f"{want:g}"
     assert notes(p, "SharedGPU") == [
-        f"{h200.display_name} is time-sliced {replicas} ways: latency is not isolated from other pods on the "
-        f"GPU; vLLM gets --gpu-memory-utilization {want:g} (its share of the memory) and tensor "
-        "parallel 1"]
+        f"{h200.display_name} is time-sliced {replicas} ways: latency is not isolated from "
+        f"other pods on the GPU; vLLM gets --gpu-memory-utilization {want:g} (its share of the "
+        "memory) and tensor parallel 1"]
     assert notes(p, "SharedGPUMemory") == []
     assert notes(p, "MIGSlice") == []
 
@@ -334,3 +334,10 @@ def test_same_value_override_changes_no_estimate() -> None:
     base = plan()
     assert (p.est_weight_gib_per_gpu, p.est_kv_gib_per_gpu, p.est_max_concurrent_seqs) == (
         base.est_weight_gib_per_gpu, base.est_kv_gib_per_gpu, base.est_max_concurrent_seqs)
+
+
+@pytest.mark.parametrize("memory", [1.0, 0.5])
+def test_small_known_memory_is_not_unknown(memory: float) -> None:
+    err = refusal(hardware=replace(H100, memory_gib=memory), model=m(0.001))
+    assert err.field == "spec.model.sizeBillions"
+    assert f"({memory:.1f} GiB x 0.9)" in err.message
