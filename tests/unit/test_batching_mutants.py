@@ -37,8 +37,7 @@ def test_constants_follow_vllm_get_batch_defaults() -> None:
     assert MAX_GRAPH_SIZE == 4096
 
 
-def _below_8() -> tuple[int, ...]:
-    return (1, 2, 4)
+SMALL = (1, 2, 4)  # below the first multiple of 8
 
 
 @pytest.mark.parametrize(
@@ -53,12 +52,12 @@ def _below_8() -> tuple[int, ...]:
         (9, (1, 2, 4, 8, 9)),
         (16, (1, 2, 4, 8, 16)),
         (17, (1, 2, 4, 8, 16, 17)),
-        (248, (*_below_8(), *range(8, 249, 8))),
-        (255, (*_below_8(), *range(8, 256, 8), 255)),
-        (256, (*_below_8(), *range(8, 256, 8), 256)),
-        (257, (*_below_8(), *range(8, 256, 8), 256, 257)),
-        (272, (*_below_8(), *range(8, 256, 8), 256, 272)),
-        (300, (*_below_8(), *range(8, 256, 8), 256, 272, 288, 300)),
+        (248, (*SMALL, *range(8, 249, 8))),
+        (255, (*SMALL, *range(8, 256, 8), 255)),
+        (256, (*SMALL, *range(8, 256, 8), 256)),
+        (257, (*SMALL, *range(8, 256, 8), 256, 257)),
+        (272, (*SMALL, *range(8, 256, 8), 256, 272)),
+        (300, (*SMALL, *range(8, 256, 8), 256, 272, 288, 300)),
     ],
 )
 def test_cudagraph_capture_sizes_exact(max_seqs: int, want: tuple[int, ...]) -> None:
