@@ -91,7 +91,7 @@ class ControlState:
             last_scale_direction=max(-1, min(1, _int(scale.get("direction")) or 0)),
             speed=_num(data.get("speed"), lo=0.05, hi=20.0) or 1.0,
             speed_key=str(data.get("speedKey") or ""),
-            speed_samples=_int(data.get("speedSamples"), lo=0) or 0,
+            speed_samples=max(0, _int(data.get("speedSamples")) or 0),
             correction=_num(data.get("correction"), lo=0.1, hi=10.0) or 1.0,
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
