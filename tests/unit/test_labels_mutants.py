@@ -407,13 +407,16 @@ def test_mixed_pools_without_slice_labels() -> None:
 
 
 def test_mixed_pools_with_slice_labels() -> None:
+    # The slice's own product label names it (here as an older driver would, no prefix).
     labels = {**MIXED, "nvidia.com/mig-3g.40gb.memory": "40320",
-              "nvidia.com/mig-3g.40gb.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"}
+              "nvidia.com/mig-3g.40gb.product": "H100-80GB-HBM3-MIG-3g.40gb"}
     _, big = classify_node_pools(labels)
     hw = _hw(big)
     assert hw.memory_gib == 39.375
-    assert big.node_selector == {
-        "nvidia.com/mig-3g.40gb.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"}
+    assert hw.product == "H100-SXM-80GB-MIG-3g.40gb"
+    assert big.node_selector == {"nvidia.com/mig-3g.40gb.product": "H100-80GB-HBM3-MIG-3g.40gb"}
+    assert big.message.startswith(
+        "Label nvidia.com/gpu.product='H100-80GB-HBM3-MIG-3g.40gb' resolved to ")
     assert big.gpus_per_node == 1
 
 
