@@ -224,8 +224,9 @@ def test_speed_from_saturated_replicas() -> None:
 
 
 def test_speed_without_prompt_rate() -> None:
-    speed, _ = learn(ready=1, running=40.0, gen=1_000.0, prompt=None)
-    assert speed == pytest.approx(expected_speed(1, 40.0, 1_000.0, 0.0), rel=1e-12)
+    speed, _ = learn(ready=1, running=40.0, gen=6_000.0, prompt=None)
+    assert speed == pytest.approx(expected_speed(1, 40.0, 6_000.0, 0.0), rel=1e-12)
+    assert 0.7 + 0.3 * 0.33 < speed < 0.7 + 0.3 * 3.0  # not clamped
 
 
 @pytest.mark.parametrize(("gen", "want"), [(1e9, 0.7 + 0.3 * 3.0), (1.0, 0.7 + 0.3 * 0.33)])
