@@ -115,7 +115,7 @@ def test_memory_fraction_reaches_the_options() -> None:
 
 
 @pytest.mark.parametrize(("replicas", "want"), [
-    (2, 0.45), (3, 0.3), (4, 0.225), (7, 0.128), (9, 0.1), (18, 0.05), (36, 0.025),
+    (2, 0.45), (3, 0.3), (4, 0.225), (7, 0.128), (9, 0.1), (17, 0.052), (18, 0.05), (36, 0.025),
 ])
 def test_time_sliced_share_is_rounded_down(replicas: int, want: float) -> None:
     h200 = hw("H200")

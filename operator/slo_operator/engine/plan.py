@@ -7,8 +7,6 @@ cites its source; ``docs/hardware-and-engine.md`` lists them in one place.
 
 from __future__ import annotations
 
-import math
-
 from slo_operator.engine.batching import choose_batching
 from slo_operator.engine.fields import (
     F_EXTRA,
@@ -112,8 +110,9 @@ def _sharing_memory(
         # vLLM takes gpu-memory-utilization of the whole GPU's memory for itself; with
         # N pods time-slicing one GPU each may take only its share, or the later ones
         # fail at start with too little free memory.
-        # Thousandths, rounded down (0.9 / 9 in floating point is just below 0.1).
-        gmu = math.floor(DEFAULT_GPU_MEMORY_UTILIZATION * 1000 / sharing.replicas) / 1000
+        # Whole thousandths, rounded down in integers (0.9 / 9 in floating point is just
+        # below 0.1).
+        gmu = (round(DEFAULT_GPU_MEMORY_UTILIZATION * 1000) // sharing.replicas) / 1000
     notes.append(Note(F_GMU, "SharedGPU", f"{hw.display_name} is time-sliced "
                       f"{sharing.replicas} ways: latency is not isolated from other pods on "
                       f"the GPU; vLLM gets --gpu-memory-utilization {gmu:g} (its share of "
