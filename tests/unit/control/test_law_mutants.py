@@ -35,6 +35,7 @@ def at(need: float, cur: int, *, policy: ControlPolicy = POLICY,
     d = decide(make_obs(desired=cur, rate=need * PER_REPLICA, **obs), policy,
                state or make_state(), T0)
     assert d.need == pytest.approx(need, rel=1e-12), d.message
+    assert d.valid
     return d
 
 
@@ -366,6 +367,13 @@ def test_exactly_at_the_tolerance_stays() -> None:
 def test_dead_band_down(need: float, want: int) -> None:
     d = at(need, 4, state=make_state(recommendations=COVERED))
     assert d.replicas == want
+
+
+def test_inside_the_band_at_many_replicas_nothing_moves() -> None:
+    """9.9 of 10 replicas: 10.89 with the tolerance, yet inside the band (9.9 <= 11)."""
+    d = at(9.9, 10, policy=replace(POLICY, max_replicas=16),
+           state=make_state(recommendations=history(10, since=T0 - 400)))
+    assert (d.replicas, d.reason) == (10, R.WITHIN_TOLERANCE)
 
 
 def test_scale_in_by_exactly_one_step_is_not_limited() -> None:
