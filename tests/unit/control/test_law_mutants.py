@@ -373,7 +373,7 @@ def test_inside_the_band_at_many_replicas_nothing_moves() -> None:
     """9.9 of 10 replicas: 10.89 with the tolerance, yet inside the band (9.9 <= 11)."""
     d = at(9.9, 10, policy=replace(POLICY, max_replicas=16),
            state=make_state(recommendations=history(10, since=T0 - 400)))
-    assert (d.replicas, d.reason) == (10, R.WITHIN_TOLERANCE)
+    assert (d.replicas, d.reason) == (10, R.STEADY)
 
 
 def test_scale_in_by_exactly_one_step_is_not_limited() -> None:
