@@ -4,10 +4,13 @@ of zero, the seed GPU's own ratios."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from slo_operator.control.capacity import (
+    DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
     SEED_PRODUCT,
     SEED_STEP_TIMES,
     StepTimes,
@@ -64,3 +67,12 @@ def test_the_seed_gpu_and_no_gpu_have_ratio_one() -> None:
     assert hardware_ratios(SEED_PRODUCT) == pytest.approx((1.0, 1.0))
     assert hardware_ratios(SEED_PRODUCT, "fp8") == pytest.approx((1.0, 1.0))
     assert seed_step_times(8.0, "bf16", SEED_PRODUCT) == SEED_STEP_TIMES[(8.0, "bf16")]
+
+
+def test_the_request_shape_before_traffic_is_the_documented_one() -> None:
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    assert (DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS) == (512.0, 128.0)
+    assert "the last seen values, or 512 / 128,\nwithout traffic" in \
+        (docs / "slo-loop.md").read_text()
+    assert "default request shape of 512 prompt\nand 128 output tokens" in \
+        (docs / "placement.md").read_text()
