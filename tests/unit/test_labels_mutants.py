@@ -514,6 +514,13 @@ def test_bad_vram_keeps_the_catalogue_memory(vram: str) -> None:
         "(gfx942, 192.0 GiB, BF16, FP8)")
 
 
+def test_amd_memory_is_rounded_like_nvidia() -> None:
+    known = classify_node({AMD + "product-name": "AMD_Instinct_MI300X_OAM", AMD + "vram": "1000M"})
+    assert _hw(known).memory_gib == 0.977
+    unknown = classify_node({AMD + "product-name": "AMD_Radeon_X", AMD + "vram": "1000M"})
+    assert _hw(unknown).memory_gib == 0.977
+
+
 def test_amd_single_value_labels() -> None:
     res = classify_node({AMD + "product-name": " AMD_Instinct_MI300X_OAM ", AMD + "vram": "191G"})
     assert res.reason == RESOLVED
@@ -706,6 +713,7 @@ def test_gaudi_full_labels() -> None:
 @pytest.mark.parametrize(
     ("extra", "memory", "reason"),
     [({}, 128.0, RESOLVED), ({GAUDI_MEMORY: "1"}, 0.001, RESOLVED),
+     ({GAUDI_MEMORY: "1000"}, 0.977, RESOLVED),
      ({GAUDI_MEMORY: "0"}, 128.0, INVALID_LABEL), ({GAUDI_MEMORY: "x"}, 128.0, INVALID_LABEL)],
     ids=str,
 )

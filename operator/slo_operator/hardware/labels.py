@@ -446,10 +446,10 @@ def _classify_amd(labels: Mapping[str, str]) -> HardwareResolution:
         if counted and counted[0][2] > 0:
             count = counted[0][2]
 
-    notes: list[str] = []
+    several = ""
     if len(products) > 1 or len(devices) > 1:
-        notes.append(
-            "node has several GPU products ("
+        several = (
+            "; node has several GPU products ("
             + ", ".join(v for _, v, _ in (products or devices))
             + "); planned for the most numerous"
         )
@@ -491,8 +491,7 @@ def _classify_amd(labels: Mapping[str, str]) -> HardwareResolution:
         selector = {}
         where = "labels without an AMD product-name or device-id"
     reason, message = _finish(hw, entry, problems, inconsistency, where)
-    if notes:
-        message += "; " + "; ".join(notes)
+    message += several
     return HardwareResolution(
         hardware=hw,
         gpus_per_node=count if count is not None else 1,
