@@ -105,7 +105,8 @@ timeout -k 5 {timeout} "{python}" -m pytest -x -q -p no:cacheprovider "$@" || ex
 # Runtime modules: their tests are asynchronous and need the asyncio plugin, which the
 # runner does not autoload.
 RUNTIME_TESTS: dict[str, tuple[str, ...]] = {
-    "admission.py": (f"{U}/runtime/test_runtime_gateway.py",),
+    "admission.py": (f"{U}/runtime/test_admission_mutants.py",
+                     f"{U}/runtime/test_runtime_gateway.py"),
     "contract.py": (f"{U}/runtime/test_contract.py", f"{U}/test_render_runtime_contract.py",
                     f"{U}/test_vllm_args.py"),
 }

@@ -133,3 +133,20 @@ async def test_cancelling_a_waiter_frees_nothing_the_holder_still_has() -> None:
     assert adm.in_flight == 1
     assert adm.queued() == 0
     assert not adm.try_acquire("other")
+
+
+async def test_cancelling_a_waiter_admits_no_one_else_while_the_holder_runs() -> None:
+    adm = FairAdmission(limit=1)
+    assert adm.try_acquire("holder")
+    other = asyncio.create_task(adm.acquire("a"))
+    await wait_until(lambda: adm.queued("a") == 1)
+    waiter = asyncio.create_task(adm.acquire("w"))
+    await wait_until(lambda: adm.queued("w") == 1)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    await asyncio.sleep(0)
+    assert not other.done()            # the holder still runs: no slot to give
+    assert (adm.in_flight, adm.queued("a"), adm.queued("w")) == (1, 1, 0)
+    adm.release()
+    await asyncio.wait_for(other, 1)   # the holder's slot goes to the waiter left
+    assert adm.in_flight == 1
