@@ -76,3 +76,15 @@ def test_different_names_never_share_children(a: str, b: str) -> None:
 def test_any_text_gives_a_valid_label_value(text: str) -> None:
     assert is_label_value(label_value(text))
     assert is_dns1035_label(child_name(text, "vllm"))
+
+
+@pytest.mark.parametrize("name", ["abc\n", "llama-3.1-8b\n"])
+def test_a_trailing_newline_is_no_valid_name(name: str) -> None:
+    # A regular expression's "$" also matches before a final newline: the checks match the
+    # whole string instead, so such a name is refused, hashed or rebuilt, never passed on.
+    assert not is_object_name(name)
+    assert not is_dns1035_label(name)
+    assert not is_label_value(name)
+    assert is_dns1035_label(child_name(name))
+    assert "\n" not in child_name(name, "vllm")
+    assert is_label_value(label_value(name))

@@ -47,23 +47,23 @@ def short_hash(text: str) -> str:
 
 def is_dns1035_label(value: str) -> bool:
     """Whether ``value`` is a valid Service name (DNS-1035 label)."""
-    return len(value) <= MAX_LABEL and DNS1035_RE.match(value) is not None
+    return len(value) <= MAX_LABEL and DNS1035_RE.fullmatch(value) is not None
 
 
 def is_label_value(value: str) -> bool:
     """Whether ``value`` is a valid Kubernetes label value."""
-    return len(value) <= MAX_LABEL and LABEL_VALUE_RE.match(value) is not None
+    return len(value) <= MAX_LABEL and LABEL_VALUE_RE.fullmatch(value) is not None
 
 
 def is_object_name(value: str) -> bool:
     """Whether ``value`` is a valid custom-resource name (DNS-1123 subdomain, <= 253)."""
     # The pattern needs at least one character: no separate test for the empty name.
-    return len(value) <= 253 and DNS1123_SUBDOMAIN_RE.match(value) is not None
+    return len(value) <= 253 and DNS1123_SUBDOMAIN_RE.fullmatch(value) is not None
 
 
 def is_namespace_name(value: str) -> bool:
     """Whether ``value`` is a valid namespace name (DNS-1123 label)."""
-    return len(value) <= MAX_LABEL and DNS1123_LABEL_RE.match(value) is not None
+    return len(value) <= MAX_LABEL and DNS1123_LABEL_RE.fullmatch(value) is not None
 
 
 def child_name(parent: str, suffix: str = "") -> str:
