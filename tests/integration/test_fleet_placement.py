@@ -110,7 +110,14 @@ def test_a_hundred_services_fill_the_fleet_cheapest_pools_first(
     orders = {tuple(v["product"] for v in (i.get("status") or {}).get("variants") or [])
               for i in items}
     assert orders and all(o and ("MI300X" in o[0] or "H100" in o[0]) for o in orders), orders
-    running = cluster.kubectl_json("get", "pods", "-n", namespace, "-l",
-                                   f"{GROUP}/service")["items"]
-    assert sum(1 for p in running if p["status"].get("phase") == "Running") == fits
+    # The services still waiting keep trying other full pools, so a pod list can catch one
+    # of their Pending pods being replaced: await the count rather than read it once.
+    def running_pods() -> list[dict] | None:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l",
+                                    f"{GROUP}/service")["items"]
+        up = [p for p in pods if p["status"].get("phase") == "Running"
+              and not p["metadata"].get("deletionTimestamp")]
+        return up if len(up) == fits else None
+
+    running = cluster.wait_for(running_pods, timeout=60, desc=f"{fits} pods Running")
     assert all(p["metadata"]["labels"].get(LABEL_GPU) for p in running)
