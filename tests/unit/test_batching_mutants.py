@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from tests.support.hardware import hw
 
 from slo_operator.engine import BatchBounds, EngineError, EnginePrefs, ModelFacts, plan_engine
 from slo_operator.engine.batching import (
@@ -17,14 +18,7 @@ from slo_operator.engine.batching import (
     default_max_num_batched_tokens,
 )
 from slo_operator.engine.types import Note
-from slo_operator.hardware import HardwareClass, resolve_product
-
-
-def hw(name: str) -> HardwareClass:
-    res = resolve_product(name)
-    assert res.hardware is not None, res.message
-    return res.hardware
-
+from slo_operator.hardware import HardwareClass
 
 H100 = hw("H100")
 GAUDI = hw("Gaudi3")

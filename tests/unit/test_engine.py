@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.hardware import hw
 
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.engine import (
@@ -25,7 +26,7 @@ from slo_operator.engine import (
     plan_engine,
 )
 from slo_operator.engine.limits import TooLarge, parse_count
-from slo_operator.hardware import HardwareClass, classify_node, load_catalogue, resolve_product
+from slo_operator.hardware import classify_node, load_catalogue
 from slo_operator.reconcile.plan import (
     NodeInfo,
     Problem,
@@ -36,12 +37,6 @@ from slo_operator.reconcile.plan import (
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SERVE_ARGS = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
-
-
-def hw(name: str) -> HardwareClass:
-    res = resolve_product(name)
-    assert res.hardware is not None, res.message
-    return res.hardware
 
 
 def model(size: float | None = 8.0, **kw: object) -> ModelFacts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.support.hardware import hw
 
 from slo_operator.engine.parallel import (
     MAX_TP_HINT,
@@ -14,14 +15,7 @@ from slo_operator.engine.parallel import (
 )
 from slo_operator.engine.sizing import Fit, fit, model_shape, weight_gib
 from slo_operator.engine.types import EngineError, EnginePrefs, GpuSharing, ModelFacts, Note
-from slo_operator.hardware import HardwareClass, resolve_product
-
-
-def hw(name: str) -> HardwareClass:
-    res = resolve_product(name)
-    assert res.hardware is not None, res.message
-    return res.hardware
-
+from slo_operator.hardware import HardwareClass
 
 H100 = hw("H100")
 F_TP = "spec.engine.tensorParallelSize"

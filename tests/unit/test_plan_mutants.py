@@ -5,18 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from tests.support.hardware import hw
 
 from slo_operator.engine import DEFAULT_GPU_MEMORY_UTILIZATION, EnginePlan
 from slo_operator.engine.plan import MIN_CUDA_CC, plan_engine
 from slo_operator.engine.types import BatchBounds, EngineError, EnginePrefs, GpuSharing, ModelFacts
-from slo_operator.hardware import HardwareClass, resolve_product
-
-
-def hw(name: str) -> HardwareClass:
-    res = resolve_product(name)
-    assert res.hardware is not None, res.message
-    return res.hardware
-
+from slo_operator.hardware import HardwareClass
 
 H100 = hw("H100")
 A100 = hw("A100-80GB")

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 import pytest
+from tests.support.hardware import hw
 
 from slo_operator.engine.precision import (
     cc_text,
@@ -19,7 +20,6 @@ from slo_operator.engine.precision import (
 )
 from slo_operator.engine.types import EngineError, ModelFacts, Note
 from slo_operator.engine.types import EnginePrefs as P
-from slo_operator.hardware import HardwareClass, resolve_product
 
 N = Note
 
@@ -27,12 +27,6 @@ N = Note
 class Err(NamedTuple):
     field: str
     message: str
-
-
-def hw(name: str) -> HardwareClass:
-    res = resolve_product(name)
-    assert res.hardware is not None, res.message
-    return res.hardware
 
 
 GAUDI = hw("Gaudi3")

@@ -15,6 +15,7 @@ from slo_operator.api.observe import (
 )
 from slo_operator.control import ControlPolicy, ControlState, policy_for
 from slo_operator.control.capacity import DEFAULT_STEP_TIMES, rate_at_batch
+from slo_operator.control.placement import VariantOption
 
 T0 = 1_800_000_000.0
 KEY = ServiceKey("team-a", "chat")
@@ -70,3 +71,14 @@ def history(n: int, *, since: float, until: float = T0, step: float = 15.0
 
 def make_state(**fields: Any) -> ControlState:
     return ControlState(**fields)
+
+
+def opt(variant: str, product: str, *, price: float = 1.0, rate: float = 1.0, gpus: int = 1,
+        free: int = 0, current: int = 0, scheduled: int | None = None,
+        ready: int | None = None, pending: int = 0, pref: int | None = None,
+        meets: bool = True) -> VariantOption:
+    """A placement option in one line: scheduled defaults to current less pending, ready to
+    scheduled."""
+    scheduled = current - pending if scheduled is None else scheduled
+    return VariantOption(variant, product, gpus, price, rate, meets, free, current,
+                         scheduled, scheduled if ready is None else ready, pending, pref)

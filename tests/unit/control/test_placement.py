@@ -4,6 +4,7 @@ replicas, with reasons."""
 from __future__ import annotations
 
 import pytest
+from control_support import opt
 
 from slo_operator.control.placement import VariantOption, place, rank, slo_rate
 from slo_operator.control.prices import (
@@ -15,15 +16,6 @@ from slo_operator.control.prices import (
 from slo_operator.hardware import resolve_product
 
 H100, A100, L4, MI300X = "H100-SXM-80GB", "A100-SXM4-80GB", "L4-24GB", "MI300X-192GB"
-
-
-def opt(variant: str, product: str, *, price: float, rate: float, gpus: int = 1,
-        free: int = 0, current: int = 0, scheduled: int | None = None,
-        ready: int | None = None, pending: int = 0, pref: int | None = None,
-        meets: bool = True) -> VariantOption:
-    scheduled = current - pending if scheduled is None else scheduled
-    return VariantOption(variant, product, gpus, price, rate, meets, free, current,
-                         scheduled, scheduled if ready is None else ready, pending, pref)
 
 
 def test_every_default_price_names_a_catalogue_product_and_is_positive() -> None:

@@ -9,6 +9,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from control_support import opt
 
 from slo_operator.control.capacity import (
     itl_budget_ms,
@@ -28,15 +29,6 @@ from slo_operator.control.placement import (
 DOC = (Path(__file__).resolve().parents[3] / "docs" / "placement.md").read_text()
 H100, A100, L4, MI300X, T4 = ("H100-SXM-80GB", "A100-SXM4-80GB", "L4-24GB", "MI300X-192GB",
                               "T4-16GB")
-
-
-def opt(variant: str, product: str, *, price: float = 1.0, rate: float = 1.0, gpus: int = 1,
-        free: int = 0, current: int = 0, scheduled: int | None = None,
-        ready: int | None = None, pending: int = 0, pref: int | None = None,
-        meets: bool = True) -> VariantOption:
-    scheduled = current - pending if scheduled is None else scheduled
-    return VariantOption(variant, product, gpus, price, rate, meets, free, current,
-                         scheduled, scheduled if ready is None else ready, pending, pref)
 
 
 def test_option_and_placement_defaults() -> None:
