@@ -14,12 +14,14 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /venv
-COPY pyproject.toml README.md ./
+# Only the controller and the in-pod runtime: slo-devtools (demo, simulator, dev cluster,
+# plots) never enters the image.
 COPY operator ./operator
 COPY runtime ./runtime
 # Only wheels: a dependency that would need a compiler fails the build instead of pulling
 # build tools in.
-RUN /venv/bin/pip install --only-binary=:all: --no-binary=slo-operator . \
+RUN /venv/bin/pip install --only-binary=:all: --no-binary=slo-operator,slo-runtime \
+      ./runtime ./operator \
  && /venv/bin/pip uninstall --yes pip setuptools wheel \
  && find /venv -name '__pycache__' -prune -exec rm -rf {} +
 

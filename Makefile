@@ -8,17 +8,20 @@ BIN := $(VENV)/bin
 
 .PHONY: demo render bench test venv binaries lint unit integration crds profiles clean
 
-$(BIN)/slo-operator: pyproject.toml
+# The three distributions, editable: runtime/ (slo-runtime), operator/ (slo-operator) and
+# devtools/ (slo-devtools: demo, bench, dev cluster, and the test tools as extra "dev").
+# A user who wants only the controller runs `pip install ./runtime ./operator`.
+$(BIN)/slo-operator: runtime/pyproject.toml operator/pyproject.toml devtools/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e ./runtime -e ./operator -e './devtools[dev]'
 	touch $@
 
 # torch (extra "profile") runs the GPU-profile code on the CPU in tests; it is the big
 # download of a cold run (about 5 GB installed: PyPI's wheel carries the CUDA libraries),
 # so `make render` does not need it.
 $(VENV)/.profile-deps: $(BIN)/slo-operator
-	$(BIN)/pip install --quiet -e '.[dev,profile]'
+	$(BIN)/pip install --quiet -e './runtime[profile]'
 	touch $@
 
 venv: $(BIN)/slo-operator
@@ -38,12 +41,12 @@ binaries:
 	bash hack/build-glua.sh
 
 lint: venv
-	$(BIN)/ruff check operator runtime tests bench
+	$(BIN)/ruff check operator runtime devtools tests bench
 	$(BIN)/mypy operator/slo_operator
 	$(BIN)/lint-imports
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests --ignore=tests/integration --ignore=tests/e2e
 
 test: venv $(VENV)/.profile-deps binaries lint
 	$(BIN)/pytest -q -p no:cacheprovider tests

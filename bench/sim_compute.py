@@ -12,8 +12,8 @@ import pickle
 import time
 from pathlib import Path
 
-from slo_operator.sim.bench import TARGETS, TRACES
-from slo_operator.sim.command import compute
+from slo_devtools.sim.bench import TARGETS, TRACES
+from slo_devtools.sim.command import compute
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from slo_operator.sim.report import render
+from slo_devtools.sim.report import render
 
 
 def main() -> None:

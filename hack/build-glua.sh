@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds glua, the command-line interpreter of gopher-lua (the Lua 5.1 dialect Argo CD embeds
 # for resource health checks), from the Go module proxy. The Argo CD health checks in
-# deploy/argocd/ are tested with it (tests/unit/ship/test_argocd_health.py).
+# deploy/argocd/ are tested with it (tests/operator/gitops/test_argocd.py).
 #
 #   ${SLO_BIN_CACHE:-$HOME/.cache/slo-operator/bin}/glua-<version>/glua
 #

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,11 @@ from slo_operator.api.crd import all_crds, crd_yaml
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
 from slo_operator.engine.profiles import load_profiles, profile_files
+from slo_operator.handlers import peering as kopf_peering
 from slo_operator.hardware import resolve_product
-from slo_operator.reconcile.plan import (
+from slo_operator.monitoring import operator_metrics
+from slo_operator.monitoring import rules as alert_rules
+from slo_operator.reconcile.desired import (
     NodeInfo,
     Problem,
     discover_pools,
@@ -28,9 +32,6 @@ from slo_operator.reconcile.plan import (
 )
 from slo_operator.render.names import is_namespace_name, is_object_name
 from slo_operator.render.objects import build_all
-from slo_operator.ship import metrics as ship_metrics
-from slo_operator.ship import peering as ship_peering
-from slo_operator.ship import rules as ship_rules
 
 
 class InputError(click.ClickException):
@@ -148,7 +149,44 @@ def _object_meta(doc: dict[str, Any], kind: str) -> dict[str, Any]:
         uid, str) else ""}
 
 
-@click.group()
+DEVTOOLS_COMMANDS = "slo_operator.commands"
+"""Entry-point group through which other distributions (slo-devtools: ``demo``, ``bench``)
+add commands to this CLI; the operator itself never imports them."""
+DEVTOOLS_NAMES = ("demo", "bench")
+
+
+class _Commands(click.Group):
+    """The operator's commands plus those other installed distributions offer, looked up
+    when asked for (so importing this module never imports a plugin)."""
+
+    def _plugins(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group=DEVTOOLS_COMMANDS)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins(), *DEVTOOLS_NAMES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        ep = self._plugins().get(cmd_name)
+        if ep is not None:
+            loaded: click.Command = ep.load()
+            return loaded
+        return _missing_devtools(cmd_name) if cmd_name in DEVTOOLS_NAMES else None
+
+
+def _missing_devtools(name: str) -> click.Command:
+    @click.command(name=name, context_settings={"ignore_unknown_options": True,
+                                                "allow_extra_args": True},
+                   add_help_option=False, help=f"(needs slo-devtools) {name}")
+    def missing() -> None:
+        raise InputError(f"'slo-operator {name}' comes with the development tools: "
+                         "pip install ./devtools (from a clone of the repository)")
+    return missing
+
+
+@click.group(cls=_Commands)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """Keep LLM inference on Kubernetes inside its latency SLOs at the lowest GPU cost."""
@@ -305,15 +343,15 @@ def _problems_text(source: str, problems: list[Any]) -> str:
 def rules(filename: str, fmt: str) -> None:
     """Print SLO recording rules and multi-window burn-rate alerts for SLOPolicies."""
     try:
-        policies = ship_rules.policies_from_documents(_load_docs(filename), filename)
-    except ship_rules.RulesInputError as err:
+        policies = alert_rules.policies_from_documents(_load_docs(filename), filename)
+    except alert_rules.RulesInputError as err:
         raise InputError(str(err)) from err
-    built = [(ref, ship_rules.rule_groups(ref, spec)) for ref, spec in policies]
+    built = [(ref, alert_rules.rule_groups(ref, spec)) for ref, spec in policies]
     if fmt == "file":
         groups = [g for _, gs in built for g in gs]
-        click.echo(ship_rules.dump(ship_rules.rule_file(groups)), nl=False)
+        click.echo(alert_rules.dump(alert_rules.rule_file(groups)), nl=False)
     else:
-        click.echo("---\n".join(ship_rules.dump(ship_rules.prometheus_rule(ref, gs))
+        click.echo("---\n".join(alert_rules.dump(alert_rules.prometheus_rule(ref, gs))
                                for ref, gs in built), nl=False)
 
 
@@ -333,7 +371,7 @@ def rules(filename: str, fmt: str) -> None:
 @click.option("--peering-priority", type=int, envvar="SLO_PEERING_PRIORITY",
               help="Peering priority (default: earlier start acts).")
 @click.option("--peering-lifetime", type=click.IntRange(min=2), envvar="SLO_PEERING_LIFETIME",
-              default=ship_peering.DEFAULT_LIFETIME_S, show_default=True,
+              default=kopf_peering.DEFAULT_LIFETIME_S, show_default=True,
               help="Seconds without keep-alive after which a peer is presumed dead.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), envvar="SLO_METRICS_PORT",
               default=0, help="Serve the operator's /metrics on this port (0: off).")
@@ -362,68 +400,15 @@ def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
         os.environ["SLO_PROMETHEUS_URL"] = prometheus_url
     if interval is not None:
         os.environ["SLO_RECONCILE_INTERVAL"] = str(interval)
-    ship_metrics.track_peering(bool(peering))
+    operator_metrics.track_peering(bool(peering))
     if metrics_port:
-        ship_metrics.serve(metrics_port)
+        operator_metrics.serve(metrics_port)
     kopf.run(
-        **ship_peering.run_kwargs(peering, peering_priority, peering_lifetime, time.time()),
+        **kopf_peering.run_kwargs(peering, peering_priority, peering_lifetime, time.time()),
         clusterwide=not namespaces,
         namespaces=list(namespaces),
         liveness_endpoint=liveness or None,
     )
-
-
-@main.command()
-@click.option("--duration", type=click.FloatRange(min=1), metavar="SECONDS",
-              help="Wall seconds of replay (default: the whole trace at --speed).")
-@click.option("--trace", metavar="NAME",
-              help="Replay this trace against every service (azure-conv, azure-code; "
-                   "default: each tenant's own).")
-@click.option("--speed", type=click.FloatRange(min=0.1),
-              help="Time compression: trace seconds per wall second (default: docs/demo.md).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Results folder (default: ./_out/demo-<timestamp>).")
-@click.option("--keep", is_flag=True,
-              help="Leave the cluster up at the end, print its KUBECONFIG, wait for Ctrl-C.")
-def demo(duration: float | None, trace: str | None, speed: float | None, out: Path | None,
-         keep: bool) -> None:
-    """Two tenants kept inside their SLOs on a local cluster (no GPU needed)."""
-    from slo_operator.demo import cli_entry
-
-    cli_entry.main(duration=duration, trace=trace, speed=speed, out=out, keep=keep)
-
-
-@main.command()
-@click.option("--trace", "traces", multiple=True, default=("azure-code,azure-conv",),
-              show_default=True,
-              help="Workload: azure-code,azure-conv | servegen-day | ramp (repeatable).")
-@click.option("--targets", type=click.Choice(["strict", "loose", "both"]), default="both",
-              show_default=True, help="Objective set(s) to judge windows by.")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("bench-report"), show_default=True, help="Report directory.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes (one per trace and target set; results do not change).")
-@click.option("--scenario", type=click.Choice(["slo", "mixed-fleet"]), default="slo",
-              show_default=True,
-              help="slo: the traces on one GPU pool; mixed-fleet: every policy on GPU pools "
-                   "of limited size and price (its own compressed ramp; --trace ignored), "
-                   "cost and placement per policy.")
-def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int,
-          scenario: str) -> None:
-    """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
-    from slo_operator.sim.command import run as run_bench
-    from slo_operator.sim.command import run_fleet
-
-    sets = ["strict", "loose"] if targets == "both" else [targets]
-    try:
-        if scenario == "mixed-fleet":
-            path = run_fleet(sets, out, seed)
-        else:
-            path = run_bench(list(traces), sets, out, seed, jobs)
-    except ValueError as err:
-        raise InputError(str(err)) from err
-    click.echo(f"Wrote {path}")
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def launch() -> None:
         raise click.ClickException(str(e)) from e
 
 
-def _serve(app_factory, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
+def serve_app(app_factory, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
     import asyncio
     import gc
 
@@ -161,51 +161,7 @@ def gateway(host: str, port: int, upstream: str, limit_file: str | None, default
                         tenants=TenantsConfig.load(tenants_file),
                         max_queue_per_tenant=max_queue, queue_timeout_s=queue_timeout,
                         probe_file=probe_file)
-    _serve(lambda: Gateway(cfg).app, host, port)
-
-
-@main.command()
-@click.option("--host", default=c.VLLM_HOST, show_default=True)
-@click.option("--port", type=int, default=c.VLLM_PORT, show_default=True)
-@click.option("--served-model-name", default="model", show_default=True)
-@click.option("--max-num-seqs", type=int, default=256, show_default=True)
-@click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
-@click.option("--kv-capacity-tokens", type=int, default=None,
-              help="KV-cache size (default: from the profile, else 1000000).")
-@click.option("--profile", "profile_file", default=None,
-              help="Step times from a node profile JSON (the shared step model).")
-@click.option("--precision", "--mode", "precision", default="bf16", show_default=True,
-              type=click.Choice(["bf16", "fp16", "fp8"]))
-@click.option("--kv-cache-dtype", default="auto", show_default=True)
-@click.option("--cold-start", type=float, default=0.0, show_default=True,
-              help="Seconds of 503 after start-up (weights loading).")
-@click.option("--speed", type=float, default=1.0, show_default=True,
-              help="Divide every step time by this (time compression).")
-@click.option("--base-ms", type=float, default=None, help="Linear model: step at batch 1.")
-@click.option("--per-seq-ms", type=float, default=None, help="Linear model: per sequence.")
-@click.option("--prefill-ms-per-token", type=float, default=None)
-@click.option("--default-max-tokens", type=int, default=16, show_default=True)
-def replica(host: str, port: int, served_model_name: str, max_num_seqs: int,
-            max_num_batched_tokens: int, kv_capacity_tokens: int | None,
-            profile_file: str | None, precision: str, kv_cache_dtype: str, cold_start: float,
-            speed: float, base_ms: float | None, per_seq_ms: float | None,
-            prefill_ms_per_token: float | None, default_max_tokens: int) -> None:
-    """Run a model of one vLLM replica (OpenAI API + vLLM metrics) without a GPU."""
-    from slo_runtime.replica import Replica, load_steps
-    from slo_runtime.stepmodel import StepModel
-
-    if speed <= 0:
-        raise click.BadParameter("must be positive", param_hint="--speed")
-    steps = load_steps(profile_file, precision, kv_cache_dtype=kv_cache_dtype, speed=speed,
-                       base_ms=base_ms, per_seq_ms=per_seq_ms,
-                       prefill_ms_per_token=prefill_ms_per_token)
-    if kv_capacity_tokens is None:
-        kv_capacity_tokens = steps.kv_capacity_tokens if isinstance(steps, StepModel) \
-            else 1_000_000
-    _serve(lambda: Replica(served_model_name, steps, max_num_seqs, kv_capacity_tokens,
-                           default_max_tokens, max_num_batched_tokens=max_num_batched_tokens,
-                           cold_start_s=cold_start, kv_cache_dtype=kv_cache_dtype).app,
-           host, port)
+    serve_app(lambda: Gateway(cfg).app, host, port)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,6 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_devtools.devenv.loadgen import LoadResult, LoadSpec, TraceRequest, replay
+from slo_devtools.devenv.prometheus_server import PrometheusServer
+from slo_devtools.devenv.replica_pods import ReplicaHarness
+from slo_operator.api.models import GROUP
 from tests.integration.operator_support import (
     OPERATOR_NS,
     OperatorProcess,
@@ -28,12 +34,6 @@ from tests.integration.operator_support import (
     ensure_namespace,
     install_crds,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.api.models import GROUP
-from slo_operator.devenv.loadgen import LoadResult, LoadSpec, TraceRequest, replay
-from slo_operator.devenv.prometheus import PrometheusServer
-from slo_operator.devenv.replicas import ReplicaHarness
 
 __all__ = ["E2E", "GROUP", "e2e", "run_load"]
 

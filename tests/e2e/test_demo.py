@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from slo_operator.demo.cli_entry import INTERRUPTED_EXIT
-from slo_operator.demo.scenario import ROOT, TENANTS
-from slo_operator.devenv.cluster import Binaries, wait_for
+from slo_devtools.demo.entry import INTERRUPTED_EXIT
+from slo_devtools.demo.scenario import ROOT, TENANTS
+from slo_devtools.devenv.control_plane import Binaries, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.e2e.e2e_support import E2E, GROUP, run_load
 
-from slo_operator.devenv.loadgen import constant_rate
+from slo_devtools.devenv.loadgen import constant_rate
+from tests.e2e.e2e_support import E2E, GROUP, run_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

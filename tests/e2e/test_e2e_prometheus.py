@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from slo_operator.devenv.cluster import wait_for
-from slo_operator.devenv.prometheus import PrometheusServer, Target
+from slo_devtools.devenv.control_plane import wait_for
+from slo_devtools.devenv.prometheus_server import PrometheusServer, Target
+from slo_devtools.replica.server import LinearSteps, Replica
 from slo_runtime import contract
 from slo_runtime.gateway import Gateway, GatewayConfig, start_site
-from slo_runtime.replica import LinearSteps, Replica
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

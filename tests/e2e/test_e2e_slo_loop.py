@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+from slo_devtools.devenv.loadgen import Arrival, LoadResult, LoadSpec, constant_rate, replay
+from slo_operator.api import conditions as C
+from slo_operator.control import reasons as R
 from tests.e2e.e2e_support import E2E, GROUP
 from tests.e2e.test_e2e_chain import policy, service
 from tests.integration.operator_support import conditions, events_for
-
-from slo_operator.api import conditions as C
-from slo_operator.control import reasons as R
-from slo_operator.devenv.loadgen import Arrival, LoadResult, LoadSpec, constant_rate, replay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.support.cluster import LocalCluster, free_port
 
+from slo_devtools.devenv.control_plane import LocalCluster, free_port
 from slo_operator.render.names import service_label
 from slo_runtime.contract import LABEL_SERVICE
 

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.api.models import GROUP
 from tests.integration.operator_support import (
     OperatorProcess,
     chart_operator,
     conditions,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.api.models import GROUP
 
 pytestmark = pytest.mark.integration
 # What the operator reads or writes. Status subresources of pods, deployments and nodes

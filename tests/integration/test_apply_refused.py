@@ -13,14 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.api.models import GROUP
 from tests.integration.operator_support import (
     chart_operator,
     conditions,
     events_for,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.api.models import GROUP
 
 pytestmark = pytest.mark.integration
 REFUSAL = "Services named bad are refused by this cluster's policy"

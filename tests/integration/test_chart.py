@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
 from tests.integration.operator_support import CHART
-from tests.support.cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 from kubernetes.client.exceptions import ApiException
-from tests.support.cluster import ClusterError, LocalCluster
+
+from slo_devtools.devenv.control_plane import ClusterError, LocalCluster
 
 pytestmark = pytest.mark.integration
 

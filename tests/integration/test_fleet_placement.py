@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.api.models import GROUP
+from slo_runtime.contract import LABEL_GPU, LABEL_MANAGED_BY, MANAGED_BY
 from tests.integration.operator_support import (
     ROOT,
     OperatorProcess,
     chart_operator,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.api.models import GROUP
-from slo_runtime.contract import LABEL_GPU, LABEL_MANAGED_BY, MANAGED_BY
 
 pytestmark = pytest.mark.integration
 

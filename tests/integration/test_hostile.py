@@ -1,6 +1,6 @@
 """Hostile documents against the real API server (server-side dry run).
 
-A sample of the documents ``tests/unit/test_hostile_inputs.py`` generates goes to the API
+A sample of the documents ``tests/operator/test_hostile_inputs.py`` generates goes to the API
 server twice: the InferenceService and SLOPolicy themselves (accepted, or refused with the
 CRD's schema or CEL message), and what ``slo-operator render`` prints for them, applied the
 way the operator applies it (server-side apply), into a namespace that enforces PodSecurity
@@ -21,6 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+
+from slo_devtools.devenv.control_plane import ClusterError, LocalCluster
+from slo_devtools.devenv.gpu_nodes import GpuNodeType, NodeGroup, fixture_labels
+from slo_operator.api.models import GROUP
+from slo_operator.render.names import ANNOTATION_SERVICE_NAME, service_label
+from slo_operator.render.objects import service_name
 from tests.integration.operator_support import (
     OperatorProcess,
     chart_operator,
@@ -28,20 +34,13 @@ from tests.integration.operator_support import (
     events_for,
     install_crds,
 )
-from tests.support.cluster import LocalCluster
-from tests.unit.test_hostile_inputs import (
+from tests.operator.test_hostile_inputs import (
     RENDER_TARGET,
     _last_value,
     _node_label_files,
     documents,
     render_docs,
 )
-
-from slo_operator.api.models import GROUP
-from slo_operator.devenv.cluster import ClusterError
-from slo_operator.devenv.fleet import GpuNodeType, NodeGroup, fixture_labels
-from slo_operator.render.names import ANNOTATION_SERVICE_NAME, service_label
-from slo_operator.render.objects import service_name
 
 SAMPLE = int(os.environ.get("SLO_HOSTILE_SAMPLE", "200"))
 MANAGER = "slo-operator"

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.operator_support import install_crds, only_deployment
-from tests.support.cluster import LocalCluster, free_port
 
+from slo_devtools.devenv.control_plane import LocalCluster, free_port
 from slo_operator.adapters.kube import Kube
 from slo_operator.api.models import GROUP
 from slo_operator.reconcile.ports import AppliedCache
@@ -27,6 +26,7 @@ from slo_runtime.contract import (
     LIMIT_FILE,
     LIMIT_FILE_NAME,
 )
+from tests.integration.operator_support import install_crds, only_deployment
 
 pytestmark = pytest.mark.integration
 APPLIED = AppliedCache()  # one operator's memory of what it applied

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.api.models import GROUP
 from tests.integration.operator_support import (
     ROOT,
     OperatorProcess,
@@ -20,9 +23,6 @@ from tests.integration.operator_support import (
     install_crds,
     only_deployment,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.api.models import GROUP
 
 pytestmark = pytest.mark.integration
 
@@ -301,7 +301,7 @@ def test_operator_identity_is_not_admin(cluster: LocalCluster,
 def test_unknown_gpu_product_gets_conservative_settings_and_says_so(
     cluster: LocalCluster, running_operator: OperatorProcess, namespace: str
 ) -> None:
-    from tests.support.fleet import NodeGroup, nvidia_node_type
+    from slo_devtools.devenv.gpu_nodes import NodeGroup, nvidia_node_type
 
     # A GPU no catalogue knows yet, but whose GFD labels say Hopper-class compute.
     future = nvidia_node_type("x900", nvml_name="NVIDIA X900 Prototype", compute=(9, 0),

@@ -11,13 +11,13 @@ import asyncio
 import time
 
 import pytest
-from tests.support.prometheus import prometheus, prometheus_binary  # noqa: F401
 
+from slo_devtools.devenv.prometheus_server import PrometheusServer
 from slo_operator.adapters.prometheus import PrometheusAdapter
 from slo_operator.api.observe import MetricsState, ServiceKey
-from slo_operator.devenv.prometheus import PrometheusServer
 from slo_operator.slo.promql import MAX_QUERIES, build_queries
 from slo_operator.slo.signals import SignalSpec, parse_signals
+from tests.support.prometheus import prometheus, prometheus_binary  # noqa: F401
 
 pytestmark = pytest.mark.integration
 

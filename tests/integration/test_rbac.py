@@ -14,6 +14,13 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.adapters.kube import Kube, load_api_client
+from slo_operator.api.models import GROUP
+from slo_operator.reconcile.policy_binding import reconcile_policy_sync
+from slo_operator.reconcile.service import Settings, reconcile_service_sync
+from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 from tests.integration.operator_support import (
     bind_role,
     chart_cluster_role,
@@ -21,13 +28,6 @@ from tests.integration.operator_support import (
     events_for,
     install_crds,
 )
-from tests.support.cluster import LocalCluster
-
-from slo_operator.adapters.kube import Kube, load_api_client
-from slo_operator.api.models import GROUP
-from slo_operator.reconcile.policy import reconcile_policy_sync
-from slo_operator.reconcile.service import Settings, reconcile_service_sync
-from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 def _role_cases() -> list[Any]:
     # Read the chart's template statically for the ids; the test renders it with helm.
     import yaml
+
     from tests.integration.operator_support import CHART
 
     text = (CHART / "templates" / "clusterrole.yaml").read_text()

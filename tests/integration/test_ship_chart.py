@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster, free_port
 from tests.integration.operator_support import CHART, ROOT, conditions
-from tests.support.cluster import LocalCluster, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +79,7 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster: LocalCluster,
 
 
 def test_operator_prometheus_rule_parses(cluster: LocalCluster, tmp_path: Path) -> None:
-    from tests.unit.ship.tools import promtool
+    from tests.support.tools import promtool
 
     docs = render(cluster, "--set", "prometheusRule.enabled=true",
                   "--set", "serviceMonitor.enabled=true")

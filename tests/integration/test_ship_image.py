@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from slo_devtools.devenv.control_plane import LocalCluster, free_port
 from tests.integration.operator_support import ROOT, conditions, install_crds
-from tests.support.cluster import LocalCluster, free_port
 
 pytestmark = pytest.mark.integration
 

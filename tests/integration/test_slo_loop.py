@@ -13,6 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
+from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.adapters.kube import Kube
+from slo_operator.api.models import GROUP
+from slo_operator.api.observe import ServiceKey
+from slo_operator.reconcile.loop import observe_and_decide
+from slo_operator.reconcile.ports import AppliedCache
+from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from tests.integration.operator_support import (
     chart_operator,
     conditions,
@@ -20,15 +28,7 @@ from tests.integration.operator_support import (
     install_crds,
     only_deployment,
 )
-from tests.support.cluster import LocalCluster
-from tests.unit.reconcile.prom_fake import FakeMetrics, Load
-
-from slo_operator.adapters.kube import Kube
-from slo_operator.api.models import GROUP
-from slo_operator.api.observe import ServiceKey
-from slo_operator.reconcile.loop import observe_and_decide
-from slo_operator.reconcile.ports import AppliedCache
-from slo_operator.reconcile.service import Settings, reconcile_service_sync
+from tests.operator.reconcile.prom_fake import FakeMetrics, Load
 
 pytestmark = pytest.mark.integration
 OVERLOAD = Load(rate=400.0, e2e_s=3.0, ttft_s=1.0, waiting=40, running=200, output_tokens=5)

@@ -1,4 +1,4 @@
-"""Pytest fixtures for tests against the real local control plane (tests.support.cluster).
+"""Pytest fixtures for tests against the real local control plane (devenv.control_plane).
 
 A suite's conftest.py imports them (``from tests.support.fixtures import *``); each suite that
 does gets its own session cluster. Without built binaries the cluster tests are skipped locally,
@@ -14,7 +14,8 @@ from collections.abc import Generator, Iterator
 import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
-from tests.support.cluster import Binaries, LocalCluster
+
+from slo_devtools.devenv.control_plane import Binaries, LocalCluster
 
 __all__ = ["cluster", "kube_api", "namespace", "pytest_runtest_makereport"]
 

@@ -1,4 +1,4 @@
-"""Pytest fixtures for a real Prometheus (slo_operator.devenv.prometheus) on loopback.
+"""Pytest fixtures for a real Prometheus (slo_devtools.devenv.prometheus_server) on loopback.
 
 Without a Prometheus binary the tests that use it are skipped locally and fail under CI,
 like the control-plane fixtures.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slo_operator.devenv.prometheus import PrometheusServer, find_binary
+from slo_devtools.devenv.prometheus_server import PrometheusServer, find_binary
 
 __all__ = ["prometheus", "prometheus_binary"]
 

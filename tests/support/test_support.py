@@ -12,9 +12,10 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from tests.support import fleet
-from tests.support.cluster import Binaries, free_port, wait_for
-from tests.support.pki import CertificateAuthority, write_kubeconfig
+
+from slo_devtools.devenv import gpu_nodes as fleet
+from slo_devtools.devenv.control_plane import Binaries, free_port, wait_for
+from slo_devtools.devenv.pki import CertificateAuthority, write_kubeconfig
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -15,9 +15,9 @@ from slo_operator.api.cluster import Snapshot
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.setup import context
+from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.service import Outcome, reconcile_service
 from slo_operator.reconcile.status import SLOUpdate
-from slo_operator.ship.metrics import METRICS
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)

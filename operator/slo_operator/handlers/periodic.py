@@ -22,9 +22,9 @@ from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.indexes import pick_indexes, snapshot
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
+from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.loop import observe_and_decide
-from slo_operator.reconcile.policy import reconcile_policy
-from slo_operator.ship.metrics import METRICS
+from slo_operator.reconcile.policy_binding import reconcile_policy
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter
 from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
+from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
-from slo_operator.ship.metrics import METRICS
 
 
 def _env_float(name: str, default: float) -> float:

@@ -12,7 +12,7 @@ from slo_operator.api.models import GROUP, VERSION
 from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.policy import bound_to, reconcile_policy
+from slo_operator.reconcile.policy_binding import bound_to, reconcile_policy
 
 RESOURCE = (GROUP, VERSION, "slopolicies")
 

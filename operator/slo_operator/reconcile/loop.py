@@ -38,7 +38,7 @@ from slo_operator.control import (
     decide,
     policy_for,
 )
-from slo_operator.reconcile.plan import free_gpus, initial_replicas
+from slo_operator.reconcile.desired import free_gpus, initial_replicas
 from slo_operator.reconcile.status import (
     SLOUpdate,
     metrics_condition,

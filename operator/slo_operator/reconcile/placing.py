@@ -16,7 +16,7 @@ from slo_operator.api import conditions as C
 from slo_operator.api.cluster import ApiRejected, DeploymentObs, PodObs, Snapshot
 from slo_operator.api.models import VariantStatus
 from slo_operator.control.placement import Placement, VariantOption, place
-from slo_operator.reconcile.plan import ServicePlan, claim, engine_precision, pool_room
+from slo_operator.reconcile.desired import ServicePlan, claim, engine_precision, pool_room
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.status import EventSpec
 from slo_operator.render.objects import RenderInput, variant_name

@@ -30,13 +30,7 @@ from slo_operator.api.models import (
 )
 from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.actuate import apply_live_limit
-from slo_operator.reconcile.placing import (
-    place_variants,
-    placement_event,
-    retire_variants,
-    variant_status,
-)
-from slo_operator.reconcile.plan import (
+from slo_operator.reconcile.desired import (
     DEFAULT_RUNTIME_IMAGE,
     Problem,
     ServicePlan,
@@ -45,6 +39,12 @@ from slo_operator.reconcile.plan import (
     plan_service,
     snapshot_pools,
     snapshot_prices,
+)
+from slo_operator.reconcile.placing import (
+    place_variants,
+    placement_event,
+    retire_variants,
+    variant_status,
 )
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
 from slo_operator.reconcile.status import (

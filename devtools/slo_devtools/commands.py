@@ -1,0 +1,127 @@
+"""The development commands: ``slo-operator demo`` and ``slo-operator bench`` (added to the
+operator's CLI through the ``slo_operator.commands`` entry points of this distribution) and
+``slo-devtools replica`` (a model of one vLLM replica, for benchmarks and by hand)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from slo_operator.cli import InputError
+from slo_runtime import contract as c
+from slo_runtime.cli import serve_app
+
+
+@click.command()
+@click.option("--duration", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Wall seconds of replay (default: the whole trace at --speed).")
+@click.option("--trace", metavar="NAME",
+              help="Replay this trace against every service (azure-conv, azure-code; "
+                   "default: each tenant's own).")
+@click.option("--speed", type=click.FloatRange(min=0.1),
+              help="Time compression: trace seconds per wall second (default: docs/demo.md).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder (default: ./_out/demo-<timestamp>).")
+@click.option("--keep", is_flag=True,
+              help="Leave the cluster up at the end, print its KUBECONFIG, wait for Ctrl-C.")
+def demo(duration: float | None, trace: str | None, speed: float | None, out: Path | None,
+         keep: bool) -> None:
+    """Two tenants kept inside their SLOs on a local cluster (no GPU needed)."""
+    from slo_devtools.demo import entry
+
+    entry.main(duration=duration, trace=trace, speed=speed, out=out, keep=keep)
+
+
+@click.command()
+@click.option("--trace", "traces", multiple=True, default=("azure-code,azure-conv",),
+              show_default=True,
+              help="Workload: azure-code,azure-conv | servegen-day | ramp (repeatable).")
+@click.option("--targets", type=click.Choice(["strict", "loose", "both"]), default="both",
+              show_default=True, help="Objective set(s) to judge windows by.")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("bench-report"), show_default=True, help="Report directory.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes (one per trace and target set; results do not change).")
+@click.option("--scenario", type=click.Choice(["slo", "mixed-fleet"]), default="slo",
+              show_default=True,
+              help="slo: the traces on one GPU pool; mixed-fleet: every policy on GPU pools "
+                   "of limited size and price (its own compressed ramp; --trace ignored), "
+                   "cost and placement per policy.")
+def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int,
+          scenario: str) -> None:
+    """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
+    from slo_devtools.sim.command import run as run_bench
+    from slo_devtools.sim.command import run_fleet
+
+    sets = ["strict", "loose"] if targets == "both" else [targets]
+    try:
+        if scenario == "mixed-fleet":
+            path = run_fleet(sets, out, seed)
+        else:
+            path = run_bench(list(traces), sets, out, seed, jobs)
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    click.echo(f"Wrote {path}")
+
+
+@click.command()
+@click.option("--host", default=c.VLLM_HOST, show_default=True)
+@click.option("--port", type=int, default=c.VLLM_PORT, show_default=True)
+@click.option("--served-model-name", default="model", show_default=True)
+@click.option("--max-num-seqs", type=int, default=256, show_default=True)
+@click.option("--max-num-batched-tokens", type=int, default=8192, show_default=True)
+@click.option("--kv-capacity-tokens", type=int, default=None,
+              help="KV-cache size (default: from the profile, else 1000000).")
+@click.option("--profile", "profile_file", default=None,
+              help="Step times from a node profile JSON (the shared step model).")
+@click.option("--precision", "--mode", "precision", default="bf16", show_default=True,
+              type=click.Choice(["bf16", "fp16", "fp8"]))
+@click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--cold-start", type=float, default=0.0, show_default=True,
+              help="Seconds of 503 after start-up (weights loading).")
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Divide every step time by this (time compression).")
+@click.option("--base-ms", type=float, default=None, help="Linear model: step at batch 1.")
+@click.option("--per-seq-ms", type=float, default=None, help="Linear model: per sequence.")
+@click.option("--prefill-ms-per-token", type=float, default=None)
+@click.option("--default-max-tokens", type=int, default=16, show_default=True)
+def replica(host: str, port: int, served_model_name: str, max_num_seqs: int,
+            max_num_batched_tokens: int, kv_capacity_tokens: int | None,
+            profile_file: str | None, precision: str, kv_cache_dtype: str, cold_start: float,
+            speed: float, base_ms: float | None, per_seq_ms: float | None,
+            prefill_ms_per_token: float | None, default_max_tokens: int) -> None:
+    """Run a model of one vLLM replica (OpenAI API + vLLM metrics) without a GPU."""
+    from slo_devtools.replica.server import Replica, load_steps
+    from slo_runtime.stepmodel import StepModel
+
+    if speed <= 0:
+        raise click.BadParameter("must be positive", param_hint="--speed")
+    steps = load_steps(profile_file, precision, kv_cache_dtype=kv_cache_dtype, speed=speed,
+                       base_ms=base_ms, per_seq_ms=per_seq_ms,
+                       prefill_ms_per_token=prefill_ms_per_token)
+    if kv_capacity_tokens is None:
+        kv_capacity_tokens = steps.kv_capacity_tokens if isinstance(steps, StepModel) \
+            else 1_000_000
+    serve_app(lambda: Replica(served_model_name, steps, max_num_seqs, kv_capacity_tokens,
+                           default_max_tokens, max_num_batched_tokens=max_num_batched_tokens,
+                           cold_start_s=cold_start, kv_cache_dtype=kv_cache_dtype).app,
+           host, port)
+
+
+
+
+@click.group()
+def main() -> None:
+    """Development tools of slo-operator (the demo and bench run as slo-operator commands)."""
+
+
+main.add_command(replica)
+main.add_command(demo)
+main.add_command(bench)
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name=os.path.basename(sys.argv[0]))

@@ -1,0 +1,192 @@
+"""What Prometheus would hold about simulated services, and what the operator reads from it.
+
+A :class:`Scraper` snapshots every service's cumulative histograms, counters and gauges
+every ``scrape_s`` (like a scrape of all pods, summed over pods). Queries then work on
+those samples as PromQL does: ``increase`` over ``[window]`` between the newest sample and
+the newest one at least ``window`` older, percentiles by ``histogram_quantile``
+(``slo.histogram.quantile``, the operator's own implementation) over the bucket
+increases, gauges as the newest sample. :func:`observation` turns that into the same
+:class:`~slo_operator.api.observe.Observation` the operator's Prometheus adapter builds.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from slo_devtools.sim.discrete_event import Histogram, Phase, Service
+from slo_operator.api.observe import (
+    MetricsState,
+    Observation,
+    ReplicaCounts,
+    ServiceKey,
+    Signals,
+)
+from slo_operator.slo.histogram import cv_lower_bound, quantile
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One scrape of one service (all ready pods summed; KV use is the highest pod's)."""
+
+    t: float
+    ttft: tuple[tuple[float, ...], float, float]
+    itl: tuple[tuple[float, ...], float, float]
+    e2e: tuple[tuple[float, ...], float, float]
+    tpot: tuple[tuple[float, ...], float, float]
+    requests: float
+    prompt_tokens: float
+    gen_tokens: float
+    preemptions: float
+    engine_waiting: float
+    waiting: float
+    running: float
+    kv: float
+    per_replica: tuple[tuple[int, int, float], ...]
+
+
+FAMILIES = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "tpot": "tpot"}
+
+
+class Scraper:
+    """Samples of every service, every ``scrape_s`` seconds."""
+
+    def __init__(self, services: dict[str, Service], scrape_s: float = 15.0) -> None:
+        self.services = services
+        self.scrape_s = scrape_s
+        self.samples: dict[str, list[Sample]] = {n: [] for n in services}
+        self.times: dict[str, list[float]] = {n: [] for n in services}
+
+    def scrape(self, now: float) -> None:
+        for name, svc in self.services.items():
+            ew, w, run, kv = svc.gauges()
+            s = Sample(now, svc.ttft.snapshot(), svc.itl.snapshot(), svc.e2e.snapshot(),
+                       svc.tpot.snapshot(), float(svc.requests_done), float(svc.prompt_tokens),
+                       float(svc.gen_tokens), float(svc.preemptions), ew, w, run, kv,
+                       tuple(svc.per_replica()))
+            self.samples[name].append(s)
+            self.times[name].append(now)
+
+    # --- PromQL-like reads -------------------------------------------------------------
+    def latest(self, name: str, now: float) -> Sample | None:
+        i = bisect_right(self.times[name], now)
+        return self.samples[name][i - 1] if i else None
+
+    def pair(self, name: str, now: float, window: float) -> tuple[Sample, Sample] | None:
+        """(older, newer) samples spanning ``window`` ending at the newest one."""
+        new = self.latest(name, now)
+        if new is None:
+            return None
+        old = self.latest(name, new.t - window)
+        if old is None:
+            old = self.samples[name][0]
+        if old.t >= new.t:
+            return None
+        return old, new
+
+    def increase_buckets(self, name: str, family: str, now: float, window: float
+                         ) -> tuple[list[tuple[float, float]], float, float] | None:
+        """Cumulative ``(le, increase)`` pairs, count increase and sum increase."""
+        p = self.pair(name, now, window)
+        if p is None:
+            return None
+        old, new = (getattr(s, FAMILIES[family]) for s in p)
+        bounds = _bounds(self.services[name], family)
+        inc = [b - a for a, b in zip(old[0], new[0], strict=True)]
+        cum, out = 0.0, []
+        for le, c in zip((*bounds, math.inf), inc, strict=True):
+            cum += c
+            out.append((le, cum))
+        return out, new[1] - old[1], new[2] - old[2]
+
+    def quantile(self, name: str, family: str, q: float, now: float, window: float
+                 ) -> float | None:
+        """``histogram_quantile(q, sum by (le) (increase(family_bucket[window])))``."""
+        inc = self.increase_buckets(name, family, now, window)
+        if inc is None or inc[1] <= 0:
+            return None
+        return quantile(q, inc[0])
+
+    def mean(self, name: str, family: str, now: float, window: float) -> float | None:
+        inc = self.increase_buckets(name, family, now, window)
+        if inc is None or inc[1] <= 0:
+            return None
+        return inc[2] / inc[1]
+
+    def rate(self, name: str, counter: str, now: float, window: float) -> float | None:
+        p = self.pair(name, now, window)
+        if p is None:
+            return None
+        old, new = p
+        delta: float = getattr(new, counter) - getattr(old, counter)
+        return delta / (new.t - old.t)
+
+    def jitter(self, name: str, now: float, window: float) -> float | None:
+        """CV of per-request decode time per token (``vllm:request_time_per_output_token``)
+        in the window, as the lower bound the buckets allow (``slo.histogram``)."""
+        inc = self.increase_buckets(name, "tpot", now, window)
+        if inc is None or inc[1] <= 1:
+            return None
+        return cv_lower_bound(inc[0], inc[2])
+
+
+def _bounds(svc: Service, family: str) -> tuple[float, ...]:
+    h: Histogram = getattr(svc, family)
+    return h.bounds
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Which percentile of each latency the policy's objectives use (0..1)."""
+
+    e2e: float = 0.99
+    ttft: float = 0.95
+    itl: float = 0.99
+
+
+def replica_counts(svc: Service, now: float, warmup_s: float = 60.0) -> ReplicaCounts:
+    """What the watch caches would show for the service's Deployment."""
+    ready = [r for r in svc.replicas if r.phase is Phase.READY]
+    starting = [r for r in svc.replicas if r.phase is Phase.STARTING]
+    warming = [r for r in ready if now - r.ready_at < warmup_s]
+    return ReplicaCounts(desired=svc.desired, ready=len(ready), warming=len(warming),
+                         starting=len(starting), pending=0)
+
+
+def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Percentiles,
+                *, hardware: str, precision: str, labels: dict[str, str] | None = None,
+                model_size_b: float | None = None) -> Observation:
+    """The operator's view of one service at ``now`` from the scraped samples."""
+    name = svc.name
+    latest = scr.latest(name, now)
+    key = ServiceKey("bench", name)
+    counts = replica_counts(svc, now)
+    if latest is None:
+        return Observation(key, now, Signals(state=MetricsState.EMPTY), counts, svc.limit,
+                           svc.max_num_seqs, hardware, precision,
+                           max_num_batched_tokens=svc.budget, labels=labels or {},
+                           model_size_b=model_size_b)
+    rate = scr.rate(name, "requests", now, window)
+    e2e = scr.quantile(name, "e2e", pct.e2e, now, window)
+    ttft = scr.quantile(name, "ttft", pct.ttft, now, window)
+    itl = scr.quantile(name, "itl", pct.itl, now, window)
+    state = MetricsState.OK if e2e is not None else MetricsState.NO_TRAFFIC
+    sig = Signals(
+        state=state,
+        e2e_ms=None if e2e is None else e2e * 1e3,
+        ttft_ms=None if ttft is None else ttft * 1e3,
+        itl_ms=None if itl is None else itl * 1e3,
+        jitter=scr.jitter(name, now, window),
+        request_rate=rate,
+        prompt_tokens_rate=scr.rate(name, "prompt_tokens", now, window),
+        generation_tokens_rate=scr.rate(name, "gen_tokens", now, window),
+        waiting=latest.waiting,
+        running=latest.running,
+        kv_usage=latest.kv,
+        preemptions_rate=scr.rate(name, "preemptions", now, window),
+        sample_time=latest.t,
+    )
+    return Observation(key, now, sig, counts, svc.limit, svc.max_num_seqs, hardware, precision,
+                       max_num_batched_tokens=svc.budget, labels=labels or {},
+                       model_size_b=model_size_b)

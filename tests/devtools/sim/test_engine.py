@@ -1,0 +1,156 @@
+"""The simulator against closed forms: one replica, M/D/1 queueing, the profile's curve."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import replace
+from importlib import resources
+
+import pytest
+
+from slo_devtools.sim.discrete_event import Phase, Service, Simulation
+from slo_devtools.sim.traces import Request
+from slo_runtime.stepmodel import StepModel
+
+PROFILE = json.loads((resources.files("slo_operator") / "data" / "profiles"
+                      / "h200-llama-3.1-8b-ctx1024.json").read_text())
+MODEL = StepModel.from_profile(PROFILE, "bf16")
+
+
+def serve(reqs: list[Request], model: StepModel = MODEL, **kw: object) -> Service:
+    sim = Simulation()
+    svc = Service(sim, "t", model, **kw)  # type: ignore[arg-type]
+    sim.run(reqs, lambda r: svc, until=max(r.t for r in reqs) + 3600)
+    return svc
+
+
+def alone_e2e(prompt: int, output: int, model: StepModel = MODEL) -> tuple[float, float]:
+    """(TTFT, e2e) of one request on an idle replica, step by step from the step model."""
+    ttft = model.step_ms(0, None, prompt) / 1e3
+    e2e = ttft
+    for i in range(output - 1):
+        # The sequence holds its prompt plus the tokens generated so far.
+        e2e += model.step_ms(1, prompt + 1 + i, 0) / 1e3
+    return ttft, e2e
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(512, 1), (1000, 50), (2000, 300)])
+def test_one_replica_constant_arrivals_match_the_step_model(prompt: int, output: int) -> None:
+    ttft, e2e = alone_e2e(prompt, output)
+    gap = e2e + 1.0  # requests never overlap
+    svc = serve([Request(i * gap, prompt, output) for i in range(20)])
+    assert len(svc.finished) == 20
+    for f in svc.finished:
+        assert f.first - f.t == pytest.approx(ttft, rel=1e-9)
+        assert f.done - f.t == pytest.approx(e2e, rel=1e-9)
+    assert svc.gen_tokens == 20 * output
+    assert svc.prompt_tokens == 20 * prompt
+
+
+def test_long_prompt_is_chunked_under_the_token_budget() -> None:
+    prompt, budget = 5000, 2048
+    svc = serve([Request(0.0, prompt, 1)], max_num_batched_tokens=budget)
+    chunks = [budget, budget, prompt - 2 * budget]
+    want = sum(MODEL.step_ms(0, None, c) for c in chunks) / 1e3
+    assert svc.finished[0].first == pytest.approx(want, rel=1e-9)
+
+
+def test_chunked_prefill_sets_inter_token_latency_not_replica_count() -> None:
+    # A decoding sequence shares each step with a prompt chunk: its slowest token takes
+    # the budget's step, whatever else happens.
+    budget = 1024
+    reqs = [Request(0.0, 100, 400)] + [Request(0.05 + 0.2 * i, 3000, 1) for i in range(10)]
+    svc = serve(reqs, max_num_batched_tokens=budget)
+    worst_bin = max(i for b in svc.itl_bins.values() for i, c in enumerate(b) if c)
+    worst = (worst_bin + 1) * 0.0005
+    bound = MODEL.max_step_ms(budget, 1, 100 + 400) / 1e3
+    assert worst <= bound + 0.0005
+    assert worst >= MODEL.step_ms(1, 100, budget - 1) / 1e3 - 0.0005
+
+
+def test_md1_mean_queueing_wait() -> None:
+    # Live limit 1: one request at a time, deterministic service D, Poisson arrivals:
+    # M/D/1, mean wait in queue W = rho D / (2 (1 - rho)).
+    prompt, output = 256, 4
+    _, d = alone_e2e(prompt, output)
+    rho = 0.7
+    lam = rho / d
+    rng = random.Random(7)
+    t, reqs = 0.0, []
+    for _ in range(40000):
+        t += rng.expovariate(lam)
+        reqs.append(Request(t, prompt, output))
+    svc = serve(reqs, limit=1)
+    ttft_alone, _ = alone_e2e(prompt, output)
+    waits = [f.first - f.t - ttft_alone for f in svc.finished]
+    assert min(waits) >= -1e-9
+    want = rho * d / (2 * (1 - rho))
+    assert statistics.fmean(waits) == pytest.approx(want, rel=0.08)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64, 128])
+def test_decode_step_curve_reads_back_from_the_profile(batch: int) -> None:
+    # `batch` sequences with the profile's context decode together; their time per output
+    # token is the profile's measured decode step (context grows by a few tokens only).
+    ctx = int(PROFILE["ctx"])
+    output = 9
+    # A cold replica: the requests wait together for its first step, as in vLLM's queue.
+    reqs = [Request(0.0, ctx, output) for _ in range(batch)]
+    svc = serve(reqs, max_num_batched_tokens=batch * ctx + 1, warm=False)
+    tpot = [(f.done - f.first) / (output - 1) for f in svc.finished]
+    measured = PROFILE["decode_ms"]["bf16"][str(batch)] / 1e3
+    assert len(tpot) == batch
+    assert statistics.fmean(tpot) == pytest.approx(measured, rel=0.02)
+
+
+def test_kv_capacity_preempts_and_every_request_still_completes() -> None:
+    small = replace(MODEL, kv_capacity_tokens=4000)
+    reqs = [Request(0.0, 1000, 600) for _ in range(4)]
+    svc = serve(reqs, small)
+    assert svc.preemptions > 0
+    assert len(svc.finished) == 4
+    assert svc.gen_tokens == 4 * 600  # recompute keeps generated tokens
+    assert any(f.preemptions for f in svc.finished)
+
+
+def test_cold_start_and_gpu_seconds() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=1)
+    svc.set_replicas(2, 0.0)
+    new = [r for r in svc.replicas if r.phase is Phase.STARTING]
+    assert len(new) == 1
+    sim.run([], lambda r: svc, until=100.0)
+    assert new[0].phase is Phase.READY
+    assert new[0].ready_at == pytest.approx(MODEL.cold_start_s)
+    assert svc.gpu_seconds(100.0) == pytest.approx(200.0)
+    svc.set_replicas(1, 100.0)  # idle replica: drained at once
+    sim.run([], lambda r: svc, until=200.0)
+    assert svc.gpu_seconds(200.0) == pytest.approx(300.0)
+    assert svc.scale_actions == 2
+
+
+def test_live_limit_caps_running_and_queues_the_rest_in_the_gateway() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=1, limit=4)
+    reqs = [Request(0.0, 100, 2000) for _ in range(10)]
+    sim.run(reqs, lambda r: svc, until=1.0)
+    rep = svc.replicas[0]
+    assert rep.running == 4
+    assert len(rep.waiting) == 6
+    assert svc.gauges()[0] == 0  # vllm:num_requests_waiting does not see the gateway queue
+    assert svc.gauges()[1] == 6
+
+
+def test_central_queue_hands_requests_to_free_replicas_only() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=2, limit=2, routing="central")
+    reqs = [Request(0.0, 100, 3000) for _ in range(7)]
+    sim.run(reqs, lambda r: svc, until=1.0)
+    assert [r.outstanding for r in svc.replicas] == [2, 2]
+    assert len(svc.central) == 3
+    sim.run([], lambda r: svc, until=3600.0)
+    assert len(svc.finished) == 7
+    assert math.isclose(sum(f.output for f in svc.finished), 7 * 3000)

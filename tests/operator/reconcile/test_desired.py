@@ -1,0 +1,207 @@
+"""Planning: pools from node labels, pool choice, and the API/engine agreement."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import pytest
+
+from slo_operator.api import conditions as C
+from slo_operator.api.models import InferenceServiceSpec, KvCacheDtype, Precision, SLOPolicySpec
+from slo_operator.engine import KV_CACHE_DTYPES, PRECISIONS
+from slo_operator.reconcile.desired import (
+    NodeInfo,
+    Problem,
+    ServicePlan,
+    discover_pools,
+    initial_replicas,
+    live_limit,
+    plan_service,
+)
+
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0", "nvidia.com/gpu.memory": "81559",
+        "nvidia.com/gpu.count": "8"}
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "0", "nvidia.com/gpu.memory": "81920",
+        "nvidia.com/gpu.count": "8"}
+L4 = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.compute.major": "8",
+      "nvidia.com/gpu.compute.minor": "9", "nvidia.com/gpu.memory": "23034",
+      "nvidia.com/gpu.count": "8"}
+GPU8 = {"nvidia.com/gpu": "8"}
+
+FLEET = [
+    NodeInfo("h100-a", {**H100, "zone": "a"}, GPU8),
+    NodeInfo("h100-b", {**H100, "zone": "b"}, GPU8),
+    NodeInfo("a100-a", {**A100, "zone": "a"}, GPU8),
+    NodeInfo("l4-a", L4, GPU8),
+    NodeInfo("cpu-a", {"kubernetes.io/os": "linux"}, {}),
+    NodeInfo("h100-cordoned", H100, GPU8, schedulable=False),
+]
+
+
+def make_spec(**kw: Any) -> InferenceServiceSpec:
+    spec: dict[str, Any] = {"model": {"name": "org/m", "sizeBillions": 8, "maxModelLen": 4096}}
+    spec.update(kw)
+    return InferenceServiceSpec.model_validate(spec)
+
+
+def plan(spec: InferenceServiceSpec, policy: SLOPolicySpec | None = None,
+         nodes: list[NodeInfo] = FLEET) -> ServicePlan | Problem:
+    return plan_service(name="svc", namespace="ns", uid="u", spec=spec,
+                        policy=policy or SLOPolicySpec(), policy_name="", pools=discover_pools(
+                            nodes), nodes=nodes, replicas=1)
+
+
+def test_pools_group_nodes_by_hardware_and_skip_cpu_and_cordoned() -> None:
+    pools = {p.product: p for p in discover_pools(FLEET)}
+    assert set(pools) == {"H100-SXM-80GB", "A100-SXM4-80GB", "L4-24GB"}
+    assert pools["H100-SXM-80GB"].nodes == ("h100-a", "h100-b")
+    assert pools["H100-SXM-80GB"].total_gpus == 16
+
+
+@pytest.mark.parametrize(
+    ("spec", "want_product", "want_problem"),
+    [
+        pytest.param(make_spec(hardware={"gpuProducts": ["A100-80GB", "H100"]}),
+                     "A100-SXM4-80GB", None, id="first-preference-wins"),
+        pytest.param(make_spec(hardware={"gpuProducts": ["B200", "H100"]}), "H100-SXM-80GB",
+                     None, id="absent-preference-falls-through"),
+        pytest.param(make_spec(hardware={"gpuProducts": ["B200"]}), None, C.NO_MATCHING_NODES,
+                     id="no-preferred-pool"),
+        pytest.param(make_spec(hardware={"gpuProducts": ["Z9000"]}), None, C.UNKNOWN_GPU,
+                     id="unknown-product-name"),
+        pytest.param(make_spec(hardware={"nodeSelector": {"zone": "b"}}), "H100-SXM-80GB", None,
+                     id="node-selector-narrows-pools"),
+        pytest.param(make_spec(hardware={"nodeSelector": {"zone": "c"}}), None,
+                     C.NO_MATCHING_NODES, id="node-selector-matches-nothing"),
+        pytest.param(make_spec(model={"name": "org/big", "sizeBillions": 400},
+                               hardware={"gpuProducts": ["L4"]}), None, C.ENGINE_INFEASIBLE,
+                     id="model-too-big-for-pool"),
+    ],
+)
+def test_pool_choice(spec: InferenceServiceSpec, want_product: str | None,
+                     want_problem: str | None) -> None:
+    got = plan(spec)
+    if want_problem:
+        assert isinstance(got, Problem) and got.reason == want_problem, got
+        assert got.field.startswith("spec.")
+    else:
+        assert isinstance(got, ServicePlan), got
+        assert got.pool.product == want_product
+
+
+def test_without_preference_fewest_gpus_per_replica_wins() -> None:
+    got = plan(make_spec(model={"name": "org/70b", "sizeBillions": 70, "maxModelLen": 4096}))
+    assert isinstance(got, ServicePlan)
+    # 70B in FP8 needs two H100s; in BF16 it needs four A100s (L4s: more still).
+    assert got.pool.product == "H100-SXM-80GB"
+    assert got.engine.tensor_parallel_size == 2
+
+
+def test_policy_forbidding_quantization_reaches_the_engine() -> None:
+    strict = SLOPolicySpec(allow_quantization=False)
+    got = plan(make_spec(hardware={"gpuProducts": ["H100"]}), strict)
+    assert isinstance(got, ServicePlan)
+    assert got.engine.quantization is None
+    assert "--quantization" not in got.engine.args
+
+
+def test_render_input_carries_pool_and_tenant() -> None:
+    got = plan(make_spec(hardware={"gpuProducts": ["H100"]}),
+               SLOPolicySpec.model_validate({"tenant": "gold"}))
+    assert isinstance(got, ServicePlan)
+    assert got.render.pool_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert got.render.tenant == "gold"
+    assert got.render.expected_compute_capability == "9.0"
+    assert got.hardware_status.fp8 is True
+
+
+@pytest.mark.parametrize(
+    ("policy", "bounds", "want"),
+    [
+        pytest.param({}, {}, (1, 8), id="policy-defaults"),
+        pytest.param({"scaling": {"minReplicas": 2, "maxReplicas": 6}}, {"min": 3, "max": 4},
+                     (3, 4), id="service-narrows-policy"),
+        pytest.param({"scaling": {"minReplicas": 2, "maxReplicas": 6}}, {"max": 10}, (2, 6),
+                     id="service-cannot-widen-policy"),
+    ],
+)
+def test_initial_replicas(policy: dict[str, Any], bounds: dict[str, Any],
+                          want: tuple[int, int]) -> None:
+    assert initial_replicas(make_spec(replicas=bounds),
+                            SLOPolicySpec.model_validate(policy)) == want
+
+
+def test_api_enums_match_the_engine() -> None:
+    assert set(typing.get_args(Precision)) == set(PRECISIONS)
+    assert set(typing.get_args(KvCacheDtype)) == set(KV_CACHE_DTYPES)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "want_products"),
+    [
+        pytest.param("A100", {"A100-SXM4-80GB"}, id="family-name-covers-variants"),
+        pytest.param("a100-80gb", {"A100-SXM4-80GB"}, id="case-and-memory-words"),
+        pytest.param("L4", {"L4-24GB"}, id="l4-does-not-cover-l40s"),
+        pytest.param("NVIDIA-H100-80GB-HBM3", {"H100-SXM-80GB"}, id="exact-gfd-label"),
+        pytest.param("H200", set(), id="absent-product"),
+    ],
+)
+def test_product_names_match_pools(wanted: str, want_products: set[str]) -> None:
+    from slo_operator.hardware import resolve_product
+    from slo_operator.reconcile.desired import product_matches
+
+    nodes = [*FLEET, NodeInfo("l40s", {**L4, "nvidia.com/gpu.product": "NVIDIA-L40S",
+                                       "nvidia.com/gpu.memory": "46068"}, GPU8)]
+    got = {p.product for p in discover_pools(nodes)
+           if product_matches(wanted, resolve_product(wanted), p)}
+    assert got == want_products
+
+
+def plan_with_limit(mode: str, limit: int) -> Any:
+    """The render input for a default service whose controller state holds ``limit``."""
+    policy = SLOPolicySpec.model_validate({"batching": {"mode": mode, "minBatch": 8,
+                                                        "maxBatch": 128}})
+    result = plan_service(name="svc", namespace="ns", uid="u", spec=make_spec(), policy=policy,
+                          policy_name="", pools=discover_pools(FLEET), nodes=FLEET, replicas=1,
+                          restart_limit=limit)
+    assert isinstance(result, ServicePlan)
+    return result.render
+
+
+@pytest.mark.parametrize(
+    ("mode", "state_limit", "want_max_num_seqs"),
+    [
+        pytest.param("live", 16, 128, id="live-pins-max-num-seqs-to-max-batch"),
+        pytest.param("off", 16, 128, id="off-pins-max-num-seqs-to-max-batch"),
+        pytest.param("restart", 16, 16, id="restart-bakes-the-limit-into-max-num-seqs"),
+        pytest.param("restart", 999, 128, id="restart-clamps-to-max-batch"),
+    ],
+)
+def test_max_num_seqs_follows_batching_mode(mode: str, state_limit: int,
+                                            want_max_num_seqs: int) -> None:
+    args = list(plan_with_limit(mode, state_limit).engine_args)
+    assert args[args.index("--max-num-seqs") + 1] == str(want_max_num_seqs)
+    # CUDA graphs cover every limit the controller may choose, whatever the mode.
+    sizes = [int(a) for a in args[args.index("--cudagraph-capture-sizes") + 1:]
+             if a.isdigit()]
+    assert max(sizes) == 128
+
+
+@pytest.mark.parametrize(
+    ("mode", "wanted", "want"),
+    [
+        pytest.param("live", 40, 40, id="live-follows-the-controller"),
+        pytest.param("live", None, 128, id="live-starts-at-the-ceiling"),
+        pytest.param("live", 1, 8, id="live-clamped-to-min-batch"),
+        pytest.param("live", 500, 128, id="live-clamped-to-ceiling"),
+        pytest.param("restart", 40, 128, id="restart-gateway-holds-the-ceiling"),
+        pytest.param("off", 40, 128, id="off-never-moves"),
+    ],
+)
+def test_live_limit_by_mode(mode: str, wanted: int | None, want: int) -> None:
+    policy = SLOPolicySpec.model_validate({"batching": {"mode": mode, "minBatch": 8,
+                                                        "maxBatch": 128}})
+    assert live_limit(policy, 128, wanted) == want

@@ -1,0 +1,176 @@
+"""The SLO loop's pass against a fake Prometheus and the fake writer: what a user sees."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from slo_operator.api import conditions as C
+from slo_operator.api.cluster import DeploymentObs, NodeInfo, PodObs, Snapshot
+from slo_operator.api.observe import ServiceKey
+from slo_operator.reconcile.loop import observe_and_decide
+from slo_operator.reconcile.ports import AppliedCache
+from slo_operator.reconcile.service import Settings, reconcile_service_sync
+from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
+from tests.operator.reconcile.fake import FakeKube
+from tests.operator.reconcile.prom_fake import FakeMetrics, Load
+from tests.operator.reconcile.test_service import H100, NOW, VARIANT, make_isvc, make_policy
+
+QUIET = Load(rate=2.0, e2e_s=0.2, ttft_s=0.04, running=2, output_tokens=5)
+OVERLOAD = Load(rate=400.0, e2e_s=3.0, ttft_s=1.0, waiting=40, running=200, output_tokens=5)
+
+
+def pods(n: int, limit: int | None = 256, prefix: str = "p") -> tuple[PodObs, ...]:
+    return tuple(PodObs(f"{prefix}-{i}", "Running", inflight_limit=limit, ready=True,
+                        ready_since=NOW.timestamp() - 600, variant=VARIANT,
+                        gpu_product="H100-SXM-80GB", gpus=1, gpu_resource="nvidia.com/gpu",
+                        node="h100-a") for i in range(n))
+
+
+def planned(ns: str = "team-a", name: str = "chat", replicas: int = 2, priority: int = 0,
+            nodes: tuple[NodeInfo, ...] = (NodeInfo("h100-a", H100, {"nvidia.com/gpu": "8"}),),
+            **policy: Any) -> tuple[dict[str, Any], Snapshot, AppliedCache]:
+    """A service the reconciler has planned once, with ``replicas`` running pods."""
+    pol = make_policy(scaling={"minReplicas": 1, "maxReplicas": 8}, priority=priority,
+                      **policy)
+    pol["metadata"]["namespace"] = ns
+    body = make_isvc(name)
+    body["metadata"]["namespace"] = ns
+    dep = DeploymentObs(replicas, replicas, replicas, 1, 1, spec_replicas=replicas,
+                        name=f"{name}-vllm-{VARIANT}", variant=VARIANT)
+    snap = Snapshot(policies={(ns, "gold"): pol}, deployments={(ns, name): dep},
+                    variant_deployments={(ns, name): {VARIANT: dep}},
+                    pods={(ns, name): pods(replicas, prefix=name)}, nodes=nodes)
+    applied = AppliedCache()
+    body["status"] = {"desiredReplicas": replicas}
+    out = reconcile_service_sync(FakeKube(), body, snap, NOW, Settings(), applied)
+    body = {**body, "status": out.status}
+    return body, replace(snap, services={(ns, name): body}), applied
+
+
+def one_pass(snap: Snapshot, metrics: FakeMetrics, applied: AppliedCache,
+             later: float = 30.0) -> tuple[FakeKube, dict[str, Any]]:
+    now = NOW + timedelta(seconds=later)
+    updates = asyncio.run(observe_and_decide(metrics, snap, now))
+    kube = FakeKube()
+    (key, body), = snap.services.items()
+    out = reconcile_service_sync(kube, body, snap, now, Settings(), applied,
+                                 updates[ServiceKey(*key)])
+    return kube, out.status
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_pass_sends_the_same_few_queries_for_one_service_or_fifty() -> None:
+    body, snap, _ = planned()
+    many = dict(snap.services)
+    for i in range(49):
+        b = {**body, "metadata": {**body["metadata"], "name": f"svc-{i}"}}
+        many[("team-a", f"svc-{i}")] = b
+    for services in (snap.services, many):
+        metrics = FakeMetrics()
+        asyncio.run(observe_and_decide(metrics, replace(snap, services=services), NOW))
+        assert len(metrics.calls) == 1
+        assert len(metrics.calls[0]) <= 10
+        assert set(metrics.calls[0]) == {"e2e", "ttft", "itl", "decode", "throughput",
+                                         "waiting", "running", "kv"}
+
+
+def test_overload_scales_out_with_a_reason_an_event_and_a_decision_record() -> None:
+    _, snap, applied = planned(replicas=2)
+    kube, status = one_pass(snap, FakeMetrics({ServiceKey("team-a", "chat"): OVERLOAD}),
+                            applied)
+    dep = kube.objects[("Deployment", "team-a", "chat-vllm-h100-sxm-80gb")]
+    assert dep["spec"]["replicas"] > 2
+    assert status["desiredReplicas"] == dep["spec"]["replicas"]
+    assert conds(status)[C.SLO_COMPLIANT] == ("False", C.SLO_MISSED)
+    assert conds(status)[C.METRICS_AVAILABLE] == ("True", C.METRICS_OK)
+    scaled = [e for e in kube.events if e[1] == C.SCALED]
+    assert scaled and scaled[0][0] == "Normal"
+    assert f"from 2 to {dep['spec']['replicas']}" in scaled[0][2]
+    last = status["lastDecisions"][-1]
+    assert last["replicas"] == dep["spec"]["replicas"] and last["reason"]
+    assert status["observed"]["e2eP99Ms"] > 800
+    assert status["control"]["state"]  # survives a restart in status
+
+
+def test_prometheus_down_holds_replicas_and_says_why() -> None:
+    _, snap, applied = planned(replicas=3)
+    kube, status = one_pass(snap, FakeMetrics(down=True), applied)
+    assert status["desiredReplicas"] == 3
+    assert ("Deployment", "chat-vllm-h100-sxm-80gb") not in kube.applies
+    cond = next(c for c in status["conditions"] if c["type"] == C.METRICS_AVAILABLE)
+    assert (cond["status"], cond["reason"]) == ("False", C.METRICS_UNAVAILABLE)
+    assert "holding" in cond["message"]
+    assert ("Warning", C.METRICS_UNAVAILABLE) in [(t, r) for t, r, _ in kube.events]
+    assert not [e for e in kube.events if e[1] == C.SCALED]
+
+
+def test_a_new_batch_limit_moves_pod_annotations_only() -> None:
+    body, snap, applied = planned(replicas=2)
+    # The previous pass left the live limit at 256; the loop now decides a lower one.
+    updates = asyncio.run(observe_and_decide(
+        FakeMetrics({ServiceKey("team-a", "chat"): QUIET}), snap, NOW))
+    update = replace(updates[ServiceKey("team-a", "chat")], replicas=2, batch_limit=48)
+    kube = FakeKube()
+    out = reconcile_service_sync(kube, body, snap, NOW, Settings(), applied, update)
+    assert kube.applies == []  # the Deployment (and its template) is not touched
+    assert [p for _, p in kube.pod_patches] == [
+        {"metadata": {"annotations": {ANNOTATION_INFLIGHT_LIMIT: "48"}}}] * 2
+    assert out.status["batchLimit"] == 48
+    changed = [e for e in kube.events if e[1] == C.BATCH_LIMIT_CHANGED]
+    assert changed and "from 256 to 48" in changed[0][2]
+
+
+@pytest.mark.parametrize(
+    ("priorities", "want_winner"),
+    [pytest.param((10, 0), "high", id="higher-priority-gets-the-scarce-gpus"),
+     pytest.param((0, 10), "low", id="priority-not-name-decides")],
+)
+def test_scarce_gpus_go_to_the_higher_priority(priorities: tuple[int, int],
+                                               want_winner: str) -> None:
+    node = (NodeInfo("h100-a", H100, {"nvidia.com/gpu": "8"}),)
+    _, s1, _ = planned(ns="ns-high", name="high", replicas=3, priority=priorities[0],
+                        nodes=node)
+    _, s2, _ = planned(ns="ns-low", name="low", replicas=3, priority=priorities[1],
+                        nodes=node)
+    snap = Snapshot(services={**s1.services, **s2.services},
+                    policies={**s1.policies, **s2.policies},
+                    deployments={**s1.deployments, **s2.deployments},
+                    pods={**s1.pods, **s2.pods}, nodes=node)
+    flood = replace(OVERLOAD, rate=4000.0)
+    metrics = FakeMetrics({ServiceKey("ns-high", "high"): flood,
+                           ServiceKey("ns-low", "low"): flood})
+    ups = asyncio.run(observe_and_decide(metrics, snap, NOW + timedelta(seconds=30)))
+    win = ups[ServiceKey(f"ns-{want_winner}", want_winner)]
+    lose_name = "low" if want_winner == "high" else "high"
+    lose = ups[ServiceKey(f"ns-{lose_name}", lose_name)]
+    # Six of eight GPUs are held and both want more than the pool holds: the winner grows
+    # into the free GPUs (and reclaims from the loser), the loser does not grow and says
+    # why, and the pool is never overcommitted.
+    assert win.replicas > 3
+    assert lose.replicas <= 3
+    assert win.replicas + lose.replicas <= 8
+    limited = {c.type: c for c in lose.conds}[C.SCALING_LIMITED]
+    assert limited.status is True
+    assert limited.reason in ("GPUsReclaimed", C.INSUFFICIENT_GPUS)
+    assert {c.type: c for c in win.conds}[C.SCALING_LIMITED].reason not in (
+        "GPUsReclaimed", C.INSUFFICIENT_GPUS)
+
+
+def test_a_long_name_finds_its_series_under_its_cut_label() -> None:
+    from slo_operator.render.names import service_label
+
+    name = "llama-3.1-8b-instruct-" + "x" * 60  # a valid name no label value can hold
+    _, snap, _ = planned(name=name)
+    label = service_label(name)
+    assert label != name
+    metrics = FakeMetrics({ServiceKey("team-a", label): QUIET})
+    update = asyncio.run(observe_and_decide(metrics, snap, NOW))[ServiceKey("team-a", name)]
+    assert update.observed is not None and update.observed.state == "OK"

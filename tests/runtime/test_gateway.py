@@ -1,0 +1,396 @@
+"""Gateway against real loopback servers: the replica model and small upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from slo_devtools.replica.server import LinearSteps
+from slo_runtime.admission import FairAdmission
+from slo_runtime.gateway import TenantsConfig, TenantSpec
+from slo_runtime.limitwatch import parse_limit
+from tests.runtime.rt_support import Servers, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+# An SSE body with uneven chunk sizes, multi-byte UTF-8 split across chunks and bytes a
+# proxy could be tempted to normalise (CRLF, trailing spaces).
+SSE_CHUNKS = [b"data: {\"t\":\"h\xc3", b"\xa9llo\"}\r\n\r\n", b"data: {\"t\":\" x \"}\n\n",
+              b": keep-alive comment\n\n", b"data: [DONE]\n\n"]
+
+
+def fixed_upstream() -> web.Application:
+    async def sse(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "X-Upstream": "yes"})
+        await resp.prepare(request)
+        for c in SSE_CHUNKS:
+            await resp.write(c)
+            await asyncio.sleep(0.01)
+        await resp.write_eof()
+        return resp
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await resp.prepare(request)
+        block = bytes(range(256)) * 4096       # 1 MiB
+        for _ in range(int(request.query.get("mib", "64"))):
+            await resp.write(block)
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/sse", sse)
+    app.router.add_post("/v1/big", big)
+    return app
+
+
+async def collect(session: aiohttp.ClientSession, url: str, body: dict,
+                  headers: dict | None = None) -> tuple[int, bytes]:
+    async with session.post(url, json=body, headers=headers or {}) as r:
+        return r.status, await r.read()
+
+
+# --- pure pieces -------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "want"), [
+    ("8", 8), ("  16\n", 16), ('"32"', 32), ("", None), ("0", None), ("-3", None),
+    ("ten", None),
+], ids=["plain", "whitespace-and-newline", "quoted-annotation-value", "empty-annotation",
+        "zero-is-not-a-limit", "negative", "not-a-number"])
+def test_parse_limit(text: str, want: int | None) -> None:
+    assert parse_limit(text) == want
+
+
+async def test_fair_admission_grants_in_weight_ratio_while_both_backlogged() -> None:
+    adm = FairAdmission(limit=1, weights={"a": 3.0, "b": 1.0})
+    assert adm.try_acquire("a")
+    order: list[str] = []
+
+    async def one(t: str) -> None:
+        await adm.acquire(t)
+        order.append(t)
+
+    tasks = [asyncio.create_task(one(t)) for t in ["a"] * 30 + ["b"] * 30]
+    await wait_until(lambda: adm.queued() == 60)
+    for _ in range(40):
+        adm.release()
+        await asyncio.sleep(0)
+    await wait_until(lambda: len(order) == 40)
+    assert order[:40].count("a") == 30
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_fair_admission_cancelled_waiter_leaves_queue_and_slot_accounting() -> None:
+    adm = FairAdmission(limit=1)
+    assert adm.try_acquire("x")
+    waiter = asyncio.create_task(adm.acquire("x"))
+    await wait_until(lambda: adm.queued("x") == 1)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert adm.queued() == 0
+    adm.release()
+    assert adm.in_flight == 0
+
+
+# --- streaming ---------------------------------------------------------------------------
+async def test_streaming_passthrough_is_byte_for_byte(servers: Servers) -> None:
+    up = await servers.serve(fixed_upstream())
+    _, gw = await servers.gateway(up)
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(gw + "/v1/sse", json={"stream": True}) as r:
+            via = await r.read()
+            assert r.headers["X-Upstream"] == "yes"
+            assert r.headers["Content-Type"] == "text/event-stream"
+        async with s.post(up + "/v1/sse", json={"stream": True}) as r:
+            direct = await r.read()
+    assert via == direct == b"".join(SSE_CHUNKS)
+
+
+async def test_tokens_reach_the_client_while_the_replica_is_still_generating(
+        servers: Servers) -> None:
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=30, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    _, gw = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s, s.post(
+            gw + "/v1/completions",
+            json={"prompt": "hi", "max_tokens": 8, "stream": True}) as r:
+        first = await r.content.readuntil(b"\n\n")
+        assert json.loads(first[6:])["choices"][0]["text"] == " tok1"
+        assert rep.engine.completed == 0          # not buffered until the end
+        rest = await r.read()
+    assert rest.endswith(b"data: [DONE]\n\n")
+    assert rest.count(b"data: ") == 8             # 7 more tokens + [DONE]
+
+
+# --- the live limit ----------------------------------------------------------------------
+async def test_limit_file_rewrite_changes_inflight_cap_without_restart(
+        servers: Servers, tmp_path) -> None:
+    limit = tmp_path / "inflight-limit"
+    limit.write_text("2")
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=20, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up, limit_file=str(limit), poll_interval_s=0.02)
+    async with aiohttp.ClientSession() as s:
+        reqs = [asyncio.create_task(collect(s, url + "/v1/completions",
+                                            {"prompt": "p", "max_tokens": 15}))
+                for _ in range(10)]
+        await wait_until(lambda: gw.admission.queued() == 8 and len(rep.engine.running) == 2)
+        assert gw.admission.in_flight == 2
+        assert gw.admission.limit == 2
+        # kubelet replaces the projected file; the gateway must see the new content.
+        new = tmp_path / "new"
+        new.write_text("6\n")
+        new.replace(limit)
+        await wait_until(lambda: len(rep.engine.running) == 6)
+        results = await asyncio.gather(*reqs)
+    assert all(status == 200 for status, _ in results)
+    assert rep.engine.max_running_seen == 6
+    metrics = await _metrics(url)
+    assert metrics["slo_gateway_inflight_limit"] == 6
+
+
+async def test_invalid_limit_file_content_keeps_the_last_limit(servers: Servers,
+                                                               tmp_path) -> None:
+    limit = tmp_path / "inflight-limit"
+    limit.write_text("3")
+    _, up = await servers.replica()
+    gw, _ = await servers.gateway(up, limit_file=str(limit), poll_interval_s=0.02)
+    await wait_until(lambda: gw.admission.limit == 3)
+    limit.write_text("not-a-number")
+    limit.write_text("")        # annotation removed
+    limit.write_text("garbage")
+    await asyncio.sleep(0)      # let one poll run; then prove the limit still holds
+    await wait_until(lambda: gw.admission.limit == 3)
+    limit.write_text("4")
+    await wait_until(lambda: gw.admission.limit == 4)
+
+
+# --- fairness through HTTP -----------------------------------------------------------------
+async def test_weighted_fairness_between_two_tenants_under_contention(
+        servers: Servers) -> None:
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=2, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    tenants = TenantsConfig(tenants={"gold": TenantSpec(weight=3),
+                                     "bronze": TenantSpec(weight=1)})
+    gw, url = await servers.gateway(up, default_limit=1, tenants=tenants)
+    done: list[str] = []
+    async with aiohttp.ClientSession() as s:
+        async def one(tenant: str, max_tokens: int = 1) -> None:
+            st, _ = await collect(s, url + "/v1/completions",
+                                  {"prompt": "p", "max_tokens": max_tokens},
+                                  {"X-Tenant": tenant})
+            assert st == 200
+            done.append(tenant)
+
+        blocker = asyncio.create_task(one("bronze", max_tokens=25))
+        await wait_until(lambda: len(rep.engine.running) == 1)
+        tasks = [asyncio.create_task(one(t)) for t in ["gold"] * 30 + ["bronze"] * 30]
+        await wait_until(lambda: gw.admission.queued() == 60)
+        await asyncio.gather(blocker, *tasks)
+    served = done[1:41]   # the first 40 after the blocker, both tenants backlogged
+    gold = served.count("gold")
+    assert 28 <= gold <= 32, f"gold served {gold} of 40, want ~30 (weight 3:1)"
+
+
+# --- cancellation --------------------------------------------------------------------------
+async def test_client_disconnect_cancels_the_upstream_request(servers: Servers) -> None:
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up)
+    s = aiohttp.ClientSession()
+    r = await s.post(url + "/v1/completions",
+                     json={"prompt": "p", "max_tokens": 10000, "stream": True})
+    await r.content.readuntil(b"\n\n")
+    assert len(rep.engine.running) == 1
+    r.close()
+    await s.close()
+    await asyncio.wait_for(rep.engine.aborted_event.wait(), 10)
+    assert rep.engine.aborted == 1
+    assert rep.engine.running == []
+    await wait_until(lambda: gw.admission.in_flight == 0)
+    assert rep.metrics.success["abort"]._value.get() == 1
+
+
+async def test_client_disconnect_before_a_whole_response_cancels_upstream(
+        servers: Servers) -> None:
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up)
+    s = aiohttp.ClientSession()
+    pending = asyncio.create_task(s.post(url + "/v1/completions",
+                                         json={"prompt": "p", "max_tokens": 10000}))
+    await wait_until(lambda: len(rep.engine.running) == 1)
+    await s.close()
+    await asyncio.gather(pending, return_exceptions=True)
+    await asyncio.wait_for(rep.engine.aborted_event.wait(), 10)
+    assert rep.engine.aborted == 1 and rep.engine.completed == 0
+    await wait_until(lambda: gw.admission.in_flight == 0)
+
+
+async def test_client_disconnect_while_queued_never_reaches_upstream(
+        servers: Servers) -> None:
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up, default_limit=1)
+    async with aiohttp.ClientSession() as s:
+        blocker = asyncio.create_task(collect(s, url + "/v1/completions",
+                                              {"prompt": "p", "max_tokens": 30}))
+        await wait_until(lambda: len(rep.engine.running) == 1)
+        s2 = aiohttp.ClientSession()
+        queued = asyncio.create_task(s2.post(url + "/v1/completions",
+                                             json={"prompt": "q", "max_tokens": 5}))
+        await wait_until(lambda: gw.admission.queued() == 1)
+        await s2.close()
+        await asyncio.gather(queued, return_exceptions=True)
+        await wait_until(lambda: gw.admission.queued() == 0)
+        status, _ = await blocker
+    assert status == 200
+    assert rep.engine.completed == 1      # only the blocker was ever served
+    await wait_until(lambda: gw.admission.in_flight == 0)
+
+
+# --- rejections ------------------------------------------------------------------------------
+async def test_oversized_body_is_413_and_invalid_json_is_400(servers: Servers) -> None:
+    rep, up = await servers.replica()
+    _, url = await servers.gateway(up, max_body_bytes=1024)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + "/v1/completions", data=b"{" + b" " * 2000 + b"}") as r:
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == 413
+        async with s.post(url + "/v1/completions", data=b"{not json") as r:
+            assert r.status == 400
+            assert "JSON" in (await r.json())["error"]["message"]
+        async with s.post(url + "/v1/completions", data=b"[1, 2]") as r:
+            assert r.status == 400
+        # A chunked body (no Content-Length) that grows too large is refused as well.
+        async def gen():
+            for _ in range(4):
+                yield b" " * 512
+        async with s.post(url + "/v1/completions", data=gen()) as r:
+            assert r.status == 413
+    assert rep.engine.completed == 0
+
+
+@pytest.mark.parametrize(("policy", "headers", "want_status", "want_tenant"), [
+    ("reject", {"X-Tenant": "mallory"}, 403, None),
+    ("reject", {}, 403, None),
+    ("reject", {"X-Tenant": "team-a"}, 200, "team-a"),
+    ("reject", {"Authorization": "Bearer key-a"}, 200, "team-a"),
+    ("default", {"X-Tenant": "mallory"}, 200, "default"),
+    ("default", {"Authorization": "Bearer wrong"}, 200, "default"),
+], ids=["reject-unknown-header", "reject-missing-tenant", "listed-header",
+        "api-key-maps-to-tenant", "default-policy-serves-unknown-as-default",
+        "default-policy-unknown-key"])
+async def test_tenant_resolution_and_unknown_tenant_policy(
+        servers: Servers, policy: str, headers: dict, want_status: int,
+        want_tenant: str | None) -> None:
+    _, up = await servers.replica()
+    tenants = TenantsConfig(tenants={"team-a": TenantSpec(weight=2, api_keys=["key-a"])},
+                            unknown_tenant=policy)
+    _, url = await servers.gateway(up, tenants=tenants)
+    async with aiohttp.ClientSession() as s:
+        status, _ = await collect(s, url + "/v1/completions",
+                                  {"prompt": "p", "max_tokens": 1}, headers)
+    assert status == want_status
+    m = await _metrics(url, labels=True)
+    if want_tenant:
+        assert m[("slo_gateway_requests_total", (("code", "200"), ("tenant", want_tenant)))] == 1
+
+
+# --- slow clients -----------------------------------------------------------------------------
+async def test_slow_reading_client_does_not_stall_others(servers: Servers) -> None:
+    up = await servers.serve(fixed_upstream())
+    _, rep_url = await servers.replica()
+    # Route /v1/big to the byte upstream, everything else to the replica, via two gateways
+    # sharing nothing but the process and event loop (the resource a stall would hog).
+    gw_big, big_url = await servers.gateway(up)
+    _, gw_url = await servers.gateway(rep_url)
+    host, port = big_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = b"{}"
+    writer.write(b"POST /v1/big?mib=256 HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: 2\r\n\r\n" + body)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")      # response started; now stop reading
+    assert b"200" in head.split(b"\r\n")[0]
+    await wait_until(lambda: gw_big.admission.in_flight == 1)
+    async with aiohttp.ClientSession() as s:
+        for _ in range(5):
+            status, data = await asyncio.wait_for(
+                collect(s, gw_url + "/v1/completions", {"prompt": "p", "max_tokens": 3}), 10)
+            assert status == 200 and b"tok3" in data
+    assert gw_big.admission.in_flight == 1        # the slow one is still being served
+    writer.close()
+    await wait_until(lambda: gw_big.admission.in_flight == 0)
+
+
+# --- metrics --------------------------------------------------------------------------------------
+async def _metrics(url: str, labels: bool = False) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        text = await r.text()
+    out: dict = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if labels:
+                out[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+            elif not smp.labels:
+                out[smp.name] = smp.value
+    return out
+
+
+async def test_gateway_exports_ttft_e2e_and_queue_metrics(servers: Servers) -> None:
+    _, up = await servers.replica(steps=LinearSteps(base_ms=5, per_seq_ms=0,
+                                                  prefill_ms_per_token=0))
+    _, url = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s:
+        await collect(s, url + "/v1/completions",
+                      {"prompt": "p", "max_tokens": 4, "stream": True})
+        await collect(s, url + "/v1/completions", {"prompt": "p", "max_tokens": 4})
+    m = await _metrics(url, labels=True)
+    tenant = (("tenant", "default"),)
+    assert m[("slo_gateway_time_to_first_token_seconds_count", tenant)] == 1
+    assert m[("slo_gateway_e2e_request_latency_seconds_count", tenant)] == 2
+    assert m[("slo_gateway_queue_wait_seconds_count", tenant)] == 2
+    ttft = m[("slo_gateway_time_to_first_token_seconds_sum", tenant)]
+    e2e = m[("slo_gateway_e2e_request_latency_seconds_sum", tenant)]
+    assert 0.004 < ttft < e2e
+    assert ("slo_gateway_queue_depth", tenant) in m
+    assert m[("slo_gateway_inflight", ())] == 0
+
+
+async def test_engine_metrics_are_forwarded_from_vllm(servers: Servers) -> None:
+    _, up = await servers.replica(model_name="fwd")
+    _, url = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s, s.get(url + "/engine/metrics") as r:
+        assert r.status == 200
+        text = await r.text()
+    assert 'vllm:num_requests_running{engine="0",model_name="fwd"}' in text
+    assert "slo_gateway_" not in text
+
+
+async def test_probes_and_scrapes_are_not_counted_as_requests(servers: Servers) -> None:
+    """Only inference requests feed the gateway's latency SLIs, never /health or scrapes."""
+    _, up = await servers.replica()
+    _, gw = await servers.gateway(up)
+    async with aiohttp.ClientSession() as s:
+        for path in ("/health", "/engine/metrics", "/v1/models"):
+            async with s.get(gw + path) as r:
+                assert r.status == 200, path
+        async with s.post(gw + "/v1/completions", json={"prompt": "a", "max_tokens": 2}) as r:
+            assert r.status == 200
+        async with s.get(gw + "/metrics") as r:
+            text = await r.text()
+    counts = {smp.labels.get("code"): smp.value
+              for fam in text_string_to_metric_families(text) for smp in fam.samples
+              if smp.name == "slo_gateway_requests_total"}
+    assert counts == {"200": 1.0}
+    e2e = [smp.value for fam in text_string_to_metric_families(text) for smp in fam.samples
+           if smp.name == "slo_gateway_e2e_request_latency_seconds_count"]
+    assert e2e == [1.0]

@@ -1,0 +1,141 @@
+"""The shared step-time model against the committed H200 profiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slo_runtime.stepmodel import (
+    StepModel,
+    cold_start_seconds,
+    kv_bytes_per_token,
+    load_profiles,
+    model_params,
+    prefill_chunk,
+    select_profile,
+)
+from tests.runtime.rt_support import PROFILES
+
+
+def profile(name: str) -> dict:
+    return json.loads((PROFILES / name).read_text())
+
+
+P8 = profile("h200-llama-3.1-8b-ctx1024.json")
+P8_4K = profile("h200-llama-3.1-8b-ctx4096.json")
+P70 = profile("h200-llama-3.1-70b-ctx1024.json")
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp8"])
+def test_decode_curve_reads_back_the_profile(mode: str) -> None:
+    m = StepModel.from_profile(P8, mode)
+    for b, ms in P8["decode_ms"][mode].items():
+        assert m.decode_ms(int(b)) == pytest.approx(ms, rel=1e-9)
+        assert m.decode_ms(int(b), int(b) * 1024) == pytest.approx(ms, rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp8"])
+def test_prefill_reads_back_the_profile(mode: str) -> None:
+    m = StepModel.from_profile(P8, mode)
+    for tokens, ms in P8["prefill_ms"][mode].items():
+        assert m.prefill_ms(int(tokens)) == pytest.approx(ms, rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp8"])
+def test_context_term_predicts_the_measured_longer_context(mode: str) -> None:
+    """Calibrated at ctx 1024, the KV read term predicts the separate ctx 4096 run."""
+    m = StepModel.from_profile(P8, mode)
+    for b, ms in P8_4K["decode_ms"][mode].items():
+        if int(b) >= 32:
+            assert m.decode_ms(int(b), int(b) * 4096) == pytest.approx(ms, rel=0.10), b
+
+
+def test_fp8_faster_than_bf16_where_measured() -> None:
+    bf, f8 = StepModel.from_profile(P8, "bf16"), StepModel.from_profile(P8, "fp8")
+    for b in P8["decode_ms"]["fp8"]:
+        assert f8.decode_ms(int(b)) < bf.decode_ms(int(b))
+    for t in P8["prefill_ms"]["fp8"]:
+        assert f8.prefill_ms(int(t)) < bf.prefill_ms(int(t))
+    assert f8.weight_bytes < bf.weight_bytes
+    assert f8.kv_capacity_tokens > bf.kv_capacity_tokens
+
+
+def test_fp16_is_bf16_speed_and_unknown_precision_is_refused() -> None:
+    assert StepModel.from_profile(P8, "fp16").decode_ms(64) == \
+        StepModel.from_profile(P8, "bf16").decode_ms(64)
+    with pytest.raises(ValueError, match="precision"):
+        StepModel.from_profile(P8, "int3")
+
+
+def test_step_time_grows_with_batch_context_and_prefill() -> None:
+    m = StepModel.from_profile(P8, "bf16")
+    assert m.decode_ms(1) < m.decode_ms(64) < m.decode_ms(256) < m.decode_ms(600)
+    assert m.decode_ms(64, 64 * 512) < m.decode_ms(64, 64 * 4096)
+    assert m.step_ms(64, None, 0) < m.step_ms(64, None, 512) < m.step_ms(64, None, 2048)
+    assert m.step_ms(0, None, 0) == 0.0
+
+
+def test_chunked_prefill_bounds_every_step() -> None:
+    """Under --max-num-batched-tokens the longest step is the budget's, whatever waits."""
+    m = StepModel.from_profile(P8, "bf16")
+    budget = 2048
+    for batch in (1, 16, 64, 200):
+        chunk = prefill_chunk(budget, batch, pending_prompt_tokens=100_000)
+        assert chunk + batch == budget
+        bound = m.max_step_ms(budget, batch)
+        assert m.step_ms(batch, None, chunk) == pytest.approx(bound)
+        assert m.step_ms(batch, None, 100_000) > bound      # what an unchunked step costs
+    assert m.max_step_ms(512, 64) < m.max_step_ms(8192, 64)
+    assert prefill_chunk(2048, 2048, 10) == 0
+    assert prefill_chunk(2048, 10, 5) == 5
+
+
+def test_mixed_step_shares_the_weight_read() -> None:
+    m = StepModel.from_profile(P8, "bf16")
+    mixed = m.step_ms(64, None, 1024)
+    assert max(m.decode_ms(64), m.prefill_ms(1024)) < mixed < m.decode_ms(64) + \
+        m.prefill_ms(1024)
+
+
+def test_kv_capacity_and_fp8_kv_cache() -> None:
+    shape = P8["model"]
+    assert model_params(shape) == pytest.approx(8.03e9, rel=0.01)
+    assert kv_bytes_per_token(shape) == 32 * 8 * 128 * 2 * 2
+    assert kv_bytes_per_token(shape, "fp8") * 2 == kv_bytes_per_token(shape)
+    bf = StepModel.from_profile(P8, "bf16")
+    fp8kv = StepModel.from_profile(P8, "bf16", kv_cache_dtype="fp8")
+    assert fp8kv.kv_capacity_tokens == pytest.approx(2 * bf.kv_capacity_tokens, rel=0.01)
+    assert fp8kv.decode_ms(128, 128 * 4096) < bf.decode_ms(128, 128 * 4096)
+    # 70B BF16 (141 GB) does not fit one 140 GiB H200 with room for KV; two GPUs do.
+    assert StepModel.from_profile(P70, "bf16").kv_capacity_tokens == 0
+    assert StepModel.from_profile(P70, "bf16", tensor_parallel=2).kv_capacity_tokens > 100_000
+
+
+def test_cold_start_grows_with_weights() -> None:
+    small, big = StepModel.from_profile(P8, "bf16"), StepModel.from_profile(P70, "fp8")
+    assert 45 < small.cold_start_s < 90
+    assert big.cold_start_s > small.cold_start_s
+    assert cold_start_seconds(0) > 0
+
+
+def test_other_hardware_and_time_compression() -> None:
+    m = StepModel.from_profile(P8, "bf16")
+    slow = m.for_hardware("L40S", bandwidth_ratio=0.18, compute_ratio=0.47,
+                          gpu_memory_bytes=48 * 2**30)
+    assert slow.decode_ms(64) == pytest.approx(m.decode_ms(64) / 0.18)
+    assert slow.prefill_ms(2048) == pytest.approx(m.prefill_ms(2048) / 0.47)
+    assert 0 < slow.kv_capacity_tokens < m.kv_capacity_tokens
+    fast = m.sped_up(10)
+    assert fast.step_ms(32, None, 512) == pytest.approx(m.step_ms(32, None, 512) / 10)
+    assert fast.cold_start_s == pytest.approx(m.cold_start_s / 10)
+    assert fast.kv_capacity_tokens == m.kv_capacity_tokens
+
+
+def test_profiles_load_and_select() -> None:
+    ps = load_profiles(PROFILES)
+    assert {p["shape"] for p in ps} == {"llama-3.1-8b", "llama-3.1-70b"}
+    assert select_profile(ps, "llama-3.1-8b", 3000)["ctx"] == 4096
+    assert select_profile(ps, "llama-3.1-8b")["ctx"] == 1024
+    with pytest.raises(LookupError):
+        select_profile(ps, "mistral-7b")
