@@ -96,8 +96,8 @@ def wait_condition(cluster: LocalCluster, ns: str, name: str, ctype: str, status
         pytest.param(policy("bad-batch", batching={"minBatch": 64, "maxBatch": 8}),
                      "spec.batching.minBatch must be <= spec.batching.maxBatch",
                      id="batch-min-gt-max"),
-        pytest.param(policy("bad-target", objectives={"e2eLatencyP99Ms": -1}),
-                     "spec.objectives.e2eLatencyP99Ms", id="negative-target"),
+        pytest.param(policy("bad-target", objectives={"e2eLatencyMs": -1}),
+                     "spec.objectives.e2eLatencyMs", id="negative-target"),
         pytest.param(policy("bad-pct", objectives={"ttftPercentile": 1.5}),
                      "spec.objectives.ttftPercentile", id="percentile-above-one"),
         pytest.param(isvc("bad-precision", products=["H100"], engine={"precision": "fp4"}),
@@ -121,8 +121,8 @@ def test_api_server_fills_policy_defaults(cluster: LocalCluster, crds: None,
                                           namespace: str) -> None:
     apply(cluster, namespace, policy("defaults"))
     spec = cluster.kubectl_json("get", "slo", "-n", namespace, "defaults")["spec"]
-    assert spec["objectives"]["e2eLatencyP99Ms"] == 800
-    assert spec["objectives"]["ttftP95Ms"] == 300
+    assert spec["objectives"]["e2eLatencyMs"] == 800
+    assert spec["objectives"]["ttftMs"] == 300
     assert spec["batching"]["mode"] == "live"
 
 

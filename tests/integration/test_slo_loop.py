@@ -81,7 +81,7 @@ spec:
     assert conds["SLOCompliant"]["status"] == "False"
     assert conds["MetricsAvailable"]["reason"] == "MetricsFound"
     assert svc["status"]["lastDecisions"][-1]["replicas"] == 3
-    assert svc["status"]["observed"]["e2eP99Ms"] > 800
+    assert svc["status"]["observed"]["e2eMs"] > 800
     scaled = [e for e in events_for(cluster, namespace, "chat") if e["reason"] == "Scaled"]
     assert scaled and "from 1 to 3" in scaled[0]["message"]
     cluster.wait_for(lambda: len([p for p in _pods(cluster, namespace)

@@ -150,7 +150,7 @@ HARDWARE = st.fixed_dictionaries({}, optional={
 })
 POLICY_SPEC = st.fixed_dictionaries({}, optional={
     "objectives": maybe(st.fixed_dictionaries({}, optional={
-        "e2eLatencyP99Ms": NUMBERS, "ttftP95Ms": NUMBERS, "throughputCVMax": NUMBERS,
+        "e2eLatencyMs": NUMBERS, "ttftMs": NUMBERS, "throughputCVMax": NUMBERS,
         "interTokenLatencyMs": NUMBERS, "e2ePercentile": NUMBERS})),
     "window": maybe(st.sampled_from(["60s", "5m", "0s", "1d", "-1s", "99999999999999h"])),
     "attainmentTarget": maybe(NUMBERS),

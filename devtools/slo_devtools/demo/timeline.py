@@ -36,7 +36,7 @@ class Targets:
         """The objectives of an SLOPolicy spec."""
         o = spec.objectives
         itl = o.inter_token_latency_ms
-        return cls(float(o.e2e_latency_p99_ms), o.e2e_percentile, float(o.ttft_p95_ms),
+        return cls(float(o.e2e_latency_ms), o.e2e_percentile, float(o.ttft_ms),
                    o.ttft_percentile, o.throughput_cv_max,
                    float(itl) if itl is not None else None)
 
@@ -114,7 +114,7 @@ def sample(t: float, svc: Mapping[str, Any], policy: Mapping[str, Any] | None,
         ready=status.ready_replicas,
         desired=status.desired_replicas,
         batch_limit=status.batch_limit,
-        e2e_ms=obs.e2e_p99_ms if obs else None,
+        e2e_ms=obs.e2e_ms if obs else None,
         ttft_ms=obs.ttft_ms if obs else None,
         itl_ms=obs.inter_token_ms if obs else None,
         jitter=obs.throughput_cv if obs else None,

@@ -152,8 +152,8 @@ class CostPlacer(_Placer):
         for p in pools:
             rate, meets = slo_rate(
                 model_size_b=model_size_b, precision=p.precision, product=p.product,
-                gpus_per_replica=p.gpus_per_replica, e2e_ms=objectives.e2e_p99_ms,
-                ttft_ms=objectives.ttft_p95_ms, itl_ms=objectives.itl_p99_ms,
+                gpus_per_replica=p.gpus_per_replica, e2e_ms=objectives.e2e_ms,
+                ttft_ms=objectives.ttft_ms, itl_ms=objectives.itl_p99_ms,
                 min_batch=spec.batching.min_batch, max_batch=max_num_seqs)
             self.base[p.variant] = VariantOption(
                 variant=p.variant, product=p.product, gpus_per_replica=p.gpus_per_replica,

@@ -27,16 +27,16 @@ from slo_runtime.stepmodel import StepModel
 class Objectives:
     """One tenant's SLO: a 1-minute window is good when every objective holds."""
 
-    e2e_p99_ms: float
-    ttft_p95_ms: float
+    e2e_ms: float
+    ttft_ms: float
     itl_p99_ms: float
     jitter_max: float | None = None  # None: not an objective of this target set
     name: str = ""
 
     def describe(self) -> str:
         """Human-readable objectives, e.g. 'P99 e2e <= 8 s, P95 TTFT <= 1 s, ...'."""
-        parts = [f"P99 e2e <= {self.e2e_p99_ms / 1e3:g} s",
-                 f"P95 TTFT <= {self.ttft_p95_ms:g} ms",
+        parts = [f"P99 e2e <= {self.e2e_ms / 1e3:g} s",
+                 f"P95 TTFT <= {self.ttft_ms:g} ms",
                  f"P99 ITL <= {self.itl_p99_ms:g} ms"]
         if self.jitter_max is not None:
             parts.append(f"jitter <= {self.jitter_max:g}")
@@ -228,7 +228,7 @@ class LlmdSlo:
         scr, n = ctx.scraper, ctx.svc.name
         s = llmd_slo_signal(scr.quantile(n, "ttft", 0.9, now, self.window_s),
                             scr.quantile(n, "tpot", 0.9, now, self.window_s),
-                            ctx.objectives.ttft_p95_ms / 1e3, ctx.objectives.itl_p99_ms / 1e3)
+                            ctx.objectives.ttft_ms / 1e3, ctx.objectives.itl_p99_ms / 1e3)
         cur = max(1, ctx.svc.desired)
         if s > self.out_above:
             self._below_since = -1.0
@@ -381,7 +381,7 @@ class DynamoPlanner:
         corr = 1.0
         if ttft is not None and expected:
             corr = min(DYNAMO_MAX_CORRECTION, max(1.0, ttft / expected))
-        want = dynamo_replicas(rate * corr, isl, osl, ctx.model, ctx.objectives.ttft_p95_ms,
+        want = dynamo_replicas(rate * corr, isl, osl, ctx.model, ctx.objectives.ttft_ms,
                                ctx.objectives.itl_p99_ms, ctx.svc.budget)
         return Action(clamp(want, ctx))
 
@@ -419,7 +419,7 @@ def policy_spec(obj: Objectives, max_replicas: int, max_batch: int = 256,
                 min_replicas: int = 1) -> SLOPolicySpec:
     """The SLOPolicy a user would write for these objectives."""
     return SLOPolicySpec.model_validate({
-        "objectives": {"e2eLatencyP99Ms": int(obj.e2e_p99_ms), "ttftP95Ms": int(obj.ttft_p95_ms),
+        "objectives": {"e2eLatencyMs": int(obj.e2e_ms), "ttftMs": int(obj.ttft_ms),
                        "interTokenLatencyMs": int(obj.itl_p99_ms),
                        **({"throughputCVMax": obj.jitter_max} if obj.jitter_max else {})},
         "scaling": {"minReplicas": min_replicas, "maxReplicas": max_replicas},

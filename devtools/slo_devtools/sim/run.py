@@ -173,8 +173,8 @@ def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[i
         ttft = _pct([f.first - f.t for f in done], 0.95)
         itl = _bins_pct(itl_bins.get(w0 + i), 0.99)
         jit = jitter_of(done)
-        good = (e2e is None or e2e * 1e3 <= obj.e2e_p99_ms) and \
-            (ttft is None or ttft * 1e3 <= obj.ttft_p95_ms) and \
+        good = (e2e is None or e2e * 1e3 <= obj.e2e_ms) and \
+            (ttft is None or ttft * 1e3 <= obj.ttft_ms) and \
             (itl is None or itl * 1e3 <= obj.itl_p99_ms) and \
             (obj.jitter_max is None or jit is None or jit <= obj.jitter_max)
         out.append(WindowStat(start + i * window_s, arr[i], len(done), e2e, ttft, itl, jit,

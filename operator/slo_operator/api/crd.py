@@ -194,7 +194,7 @@ def inference_service_crd() -> dict[str, Any]:
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Batch", "type": "integer", "jsonPath": ".status.batchLimit"},
         {"name": "GPU", "type": "string", "jsonPath": ".status.hardware.product"},
-        {"name": "P99ms", "type": "number", "jsonPath": ".status.observed.e2eP99Ms"},
+        {"name": "E2Ems", "type": "number", "jsonPath": ".status.observed.e2eMs"},
         {"name": "TTFTms", "type": "number", "jsonPath": ".status.observed.ttftMs"},
         {
             "name": "SLO",
@@ -228,8 +228,8 @@ def inference_service_crd() -> dict[str, Any]:
 def slo_policy_crd() -> dict[str, Any]:
     """The SLOPolicy CustomResourceDefinition."""
     columns: list[dict[str, Any]] = [
-        {"name": "P99ms", "type": "integer", "jsonPath": ".spec.objectives.e2eLatencyP99Ms"},
-        {"name": "TTFTms", "type": "integer", "jsonPath": ".spec.objectives.ttftP95Ms"},
+        {"name": "E2Ems", "type": "integer", "jsonPath": ".spec.objectives.e2eLatencyMs"},
+        {"name": "TTFTms", "type": "integer", "jsonPath": ".spec.objectives.ttftMs"},
         {"name": "Target", "type": "number", "jsonPath": ".spec.attainmentTarget"},
         {"name": "Attainment", "type": "number", "jsonPath": ".status.attainment"},
         {"name": "Services", "type": "integer", "jsonPath": ".status.boundCount"},

@@ -88,18 +88,18 @@ class Objectives(_Model):
             "x-kubernetes-validations": [
                 _cel(
                     "!has(self.interTokenLatencyMs) || self.interTokenLatencyMs < "
-                    "self.e2eLatencyP99Ms",
+                    "self.e2eLatencyMs",
                     "spec.objectives.interTokenLatencyMs must be below "
-                    "spec.objectives.e2eLatencyP99Ms",
+                    "spec.objectives.e2eLatencyMs",
                     ".interTokenLatencyMs",
                 ),
             ]
         }
     )
 
-    e2e_latency_p99_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
+    e2e_latency_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
         default=800,
-        alias="e2eLatencyP99Ms",
+        alias="e2eLatencyMs",
         description="End-to-end request latency target in milliseconds at e2ePercentile; "
         "default 800.",
     )
@@ -108,9 +108,9 @@ class Objectives(_Model):
         description="Percentile of end-to-end latency the target applies to, a fraction in "
         "(0,1); default 0.99."
     )
-    ttft_p95_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
+    ttft_ms: Annotated[int, Field(gt=0, le=3_600_000)] = Field(
         default=300,
-        alias="ttftP95Ms",
+        alias="ttftMs",
         description="Time-to-first-token target in milliseconds at ttftPercentile; default 300.",
     )
     ttft_percentile: Annotated[float, Field(gt=0, lt=1)] = Field(
@@ -142,10 +142,10 @@ class Objectives(_Model):
     def _itl_below_e2e(self) -> Objectives:
         if (
             self.inter_token_latency_ms is not None
-            and self.inter_token_latency_ms >= self.e2e_latency_p99_ms
+            and self.inter_token_latency_ms >= self.e2e_latency_ms
         ):
             raise ValueError(
-                "spec.objectives.interTokenLatencyMs must be below spec.objectives.e2eLatencyP99Ms"
+                "spec.objectives.interTokenLatencyMs must be below spec.objectives.e2eLatencyMs"
             )
         return self
 
@@ -684,8 +684,8 @@ class HardwareStatus(_Status):
 class ObservedStatus(_Status):
     """The latest signals from Prometheus over one policy window (absent: not observed)."""
 
-    e2e_p99_ms: float | None = Field(
-        default=None, alias="e2eP99Ms",
+    e2e_ms: float | None = Field(
+        default=None, alias="e2eMs",
         description="End-to-end latency at the policy's e2ePercentile, milliseconds.",
     )
     ttft_ms: float | None = Field(

@@ -68,8 +68,8 @@ def policy_for(
     o, s, b = spec.objectives, spec.scaling, spec.batching
     lo, hi = replica_bounds(spec, bounds)
     return ControlPolicy(
-        e2e_target_ms=float(o.e2e_latency_p99_ms),
-        ttft_target_ms=float(o.ttft_p95_ms),
+        e2e_target_ms=float(o.e2e_latency_ms),
+        ttft_target_ms=float(o.ttft_ms),
         itl_target_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),
         jitter_max=float(o.throughput_cv_max),
         window_s=float(parse_duration(spec.window)),

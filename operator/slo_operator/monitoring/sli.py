@@ -158,8 +158,8 @@ def objectives(spec: SLOPolicySpec) -> list[Objective]:
     """The targets that make a window bad when missed."""
     o = spec.objectives
     out = [
-        Objective("e2e", E2E, o.e2e_latency_p99_ms / 1000),
-        Objective("ttft", TTFT, o.ttft_p95_ms / 1000),
+        Objective("e2e", E2E, o.e2e_latency_ms / 1000),
+        Objective("ttft", TTFT, o.ttft_ms / 1000),
         Objective("jitter", JITTER, o.throughput_cv_max),
     ]
     if o.inter_token_latency_ms is not None:

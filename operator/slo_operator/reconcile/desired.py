@@ -407,8 +407,8 @@ def _option(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool, engin
     rate, meets = slo_rate(
         model_size_b=spec.model.size_billions, precision=engine_precision(engine),
         product=hw.product,
-        gpus_per_replica=engine.tensor_parallel_size, e2e_ms=float(o.e2e_latency_p99_ms),
-        ttft_ms=float(o.ttft_p95_ms),
+        gpus_per_replica=engine.tensor_parallel_size, e2e_ms=float(o.e2e_latency_ms),
+        ttft_ms=float(o.ttft_ms),
         itl_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),
         min_batch=policy.batching.min_batch, max_batch=engine.max_num_seqs,
     )

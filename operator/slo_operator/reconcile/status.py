@@ -200,7 +200,7 @@ def scaling_condition(reason: str | None, message: str) -> Cond:
 def observed_status(signals: Signals, now: datetime) -> ObservedStatus:
     """The signals shown in status, rounded so that noise alone rewrites status less."""
     return ObservedStatus.model_validate({
-        "e2eP99Ms": _round(signals.e2e_ms),
+        "e2eMs": _round(signals.e2e_ms),
         "ttftMs": _round(signals.ttft_ms),
         "interTokenMs": _round(signals.itl_ms),
         "throughputCV": _round(signals.jitter),

@@ -55,8 +55,8 @@ def evaluate_window(signals: Signals, objectives: Objectives) -> Verdict:
         return Verdict(Outcome.BAD, ("stuck",), f"{s.waiting:.0f} request(s) waiting, none "
                        "finished in the window")
     checks: list[tuple[str, float | None, float, str]] = [
-        ("e2e", s.e2e_ms, float(objectives.e2e_latency_p99_ms), "ms"),
-        ("ttft", s.ttft_ms, float(objectives.ttft_p95_ms), "ms"),
+        ("e2e", s.e2e_ms, float(objectives.e2e_latency_ms), "ms"),
+        ("ttft", s.ttft_ms, float(objectives.ttft_ms), "ms"),
         ("jitter", s.jitter, objectives.throughput_cv_max, ""),
     ]
     if objectives.inter_token_latency_ms is not None:

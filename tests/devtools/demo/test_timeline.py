@@ -26,7 +26,7 @@ def make_svc(*, ns: str = "tenant-chat", name: str = "chat", replicas: int | Non
                               "hardware": {"product": "NVIDIA-H100-80GB-HBM3"}}
     status = {k: v for k, v in status.items() if v is not None}
     if p99 is not None or ttft is not None:
-        status["observed"] = {"e2eP99Ms": p99, "ttftMs": ttft, "throughputCV": 0.1,
+        status["observed"] = {"e2eMs": p99, "ttftMs": ttft, "throughputCV": 0.1,
                               "requestRate": 3.5}
     if slo is not None:
         status["conditions"] = [{"type": C.SLO_COMPLIANT,
@@ -40,7 +40,7 @@ def make_svc(*, ns: str = "tenant-chat", name: str = "chat", replicas: int | Non
 
 
 POLICY = {"metadata": {"namespace": "tenant-chat", "name": "gold"},
-          "spec": {"objectives": {"e2eLatencyP99Ms": 6000, "ttftP95Ms": 500,
+          "spec": {"objectives": {"e2eLatencyMs": 6000, "ttftMs": 500,
                                   "throughputCVMax": 0.2}}}
 
 
@@ -68,7 +68,7 @@ def test_sample_reads_status_policy_and_offered_load() -> None:
                      id="fresh-object-without-status"),
         pytest.param(make_svc(), {"spec": {}}, Targets(800.0, 0.99, 300.0, 0.95, 0.15), "-",
                      id="policy-defaults"),
-        pytest.param(make_svc(), {"spec": {"objectives": {"ttftP95Ms": -1}}}, None, "-",
+        pytest.param(make_svc(), {"spec": {"objectives": {"ttftMs": -1}}}, None, "-",
                      id="invalid-policy-has-no-targets"),
         pytest.param(make_svc(), {"spec": {"objectives": {"interTokenLatencyMs": 75}}},
                      Targets(800.0, 0.99, 300.0, 0.95, 0.15, itl_ms=75.0), "-",

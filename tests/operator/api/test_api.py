@@ -48,10 +48,10 @@ def _errors(cls: Any, data: dict[str, Any]) -> list[str]:
                      id="policy-min-gt-max"),
         pytest.param(SLOPolicySpec, {"scaling": {"minReplicas": 0}},
                      "spec.scaling.minReplicas", "scaleToZero", id="zero-min-needs-scale-to-zero"),
-        pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyP99Ms": -5}},
-                     "spec.objectives.e2eLatencyP99Ms", "greater than 0", id="negative-p99-target"),
-        pytest.param(SLOPolicySpec, {"objectives": {"ttftP95Ms": 0}},
-                     "spec.objectives.ttftP95Ms", "greater than 0", id="zero-ttft-target"),
+        pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyMs": -5}},
+                     "spec.objectives.e2eLatencyMs", "greater than 0", id="negative-p99-target"),
+        pytest.param(SLOPolicySpec, {"objectives": {"ttftMs": 0}},
+                     "spec.objectives.ttftMs", "greater than 0", id="zero-ttft-target"),
         pytest.param(SLOPolicySpec, {"objectives": {"e2ePercentile": 1.0}},
                      "spec.objectives.e2ePercentile", "less than 1", id="percentile-one"),
         pytest.param(SLOPolicySpec, {"objectives": {"ttftPercentile": 0}},
@@ -63,7 +63,7 @@ def _errors(cls: Any, data: dict[str, Any]) -> list[str]:
                      "spec.batching.mode", "'live', 'restart' or 'off'", id="unknown-batch-mode"),
         pytest.param(SLOPolicySpec, {"window": "1 minute"},
                      "spec.window", "pattern", id="bad-duration"),
-        pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyP99Ms": 500,
+        pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyMs": 500,
                                                     "interTokenLatencyMs": 600}},
                      "spec.objectives.interTokenLatencyMs", "below", id="itl-above-e2e"),
     ],
@@ -76,8 +76,8 @@ def test_invalid_specs_name_the_field(cls: Any, data: dict[str, Any], want_field
 
 def test_policy_defaults_match_design() -> None:
     spec = dump(SLOPolicySpec())
-    assert spec["objectives"]["e2eLatencyP99Ms"] == 800
-    assert spec["objectives"]["ttftP95Ms"] == 300
+    assert spec["objectives"]["e2eLatencyMs"] == 800
+    assert spec["objectives"]["ttftMs"] == 300
     assert spec["objectives"]["throughputCVMax"] == 0.15
     assert spec["window"] == "60s"
     assert spec["batching"]["mode"] == "live"

@@ -55,7 +55,7 @@ def test_names_columns_and_subresources() -> None:
         assert v["subresources"] == {"status": {}}
         assert "slo-operator" in crd["spec"]["names"]["categories"]
     cols = [c["name"] for c in isvc["spec"]["versions"][0]["additionalPrinterColumns"]]
-    for want in ("Replicas", "Batch", "P99ms", "TTFTms", "SLO", "Age"):
+    for want in ("Replicas", "Batch", "E2Ems", "TTFTms", "SLO", "Age"):
         assert want in cols
 
 
@@ -71,8 +71,8 @@ def test_nested_defaults_reach_the_api_server() -> None:
     spec = slo["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     # Defaults are whole objects: the API server checks them against CEL as written.
     assert spec["default"]["scaling"]["minReplicas"] <= spec["default"]["scaling"]["maxReplicas"]
-    assert spec["properties"]["objectives"]["default"]["e2eLatencyP99Ms"] == 800
-    assert spec["properties"]["objectives"]["properties"]["e2eLatencyP99Ms"]["default"] == 800
+    assert spec["properties"]["objectives"]["default"]["e2eLatencyMs"] == 800
+    assert spec["properties"]["objectives"]["properties"]["e2eLatencyMs"]["default"] == 800
 
 
 @pytest.mark.parametrize("crd", all_crds(), ids=lambda c: c["spec"]["names"]["kind"])

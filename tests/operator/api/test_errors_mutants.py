@@ -113,7 +113,7 @@ def test_one_problem_per_error_in_order() -> None:
 
 
 @pytest.mark.parametrize(("cls", "data", "want"), [
-    pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyP99Ms": 500, "interTokenLatencyMs": 600},
+    pytest.param(SLOPolicySpec, {"objectives": {"e2eLatencyMs": 500, "interTokenLatencyMs": 600},
                                  "window": "soon"},
                  ["spec.objectives.interTokenLatencyMs", "spec.window"], id="after-a-spec-path"),
     pytest.param(InferenceServiceSpec, {"model": MODEL,

@@ -13,7 +13,7 @@ from slo_operator.control.capacity import DEFAULT_STEP_TIMES, StepTimes
 from slo_operator.control.policy import ControlPolicy, policy_for, replica_bounds
 
 FULL = SLOPolicySpec.model_validate({
-    "objectives": {"e2eLatencyP99Ms": 1234, "ttftP95Ms": 321, "interTokenLatencyMs": 45,
+    "objectives": {"e2eLatencyMs": 1234, "ttftMs": 321, "interTokenLatencyMs": 45,
                    "throughputCVMax": 0.25},
     "window": "2m",
     "scaling": {"minReplicas": 2, "maxReplicas": 9, "scaleUpStabilization": "15s",

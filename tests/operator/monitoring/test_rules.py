@@ -62,7 +62,7 @@ spec:
   window: 60s
   attainmentPeriod: 24h
   attainmentTarget: 0.9
-  objectives: {{e2eLatencyP99Ms: 800, ttftP95Ms: 300, throughputCVMax: 0.5,
+  objectives: {{e2eLatencyMs: 800, ttftMs: 300, throughputCVMax: 0.5,
                interTokenLatencyMs: 100}}
 ---
 apiVersion: inference.slo-operator.io/v1alpha1

@@ -111,7 +111,7 @@ def test_observed_status_rounds_and_keeps_missing_missing() -> None:
     sig = Signals(state=MetricsState.OK, e2e_ms=812.3456, ttft_ms=None, jitter=0.123456,
                   request_rate=12.04, waiting=0.0)
     obs = observed_status(sig, T0)
-    assert obs.e2e_p99_ms == 812.0 and obs.throughput_cv == 0.123 and obs.request_rate == 12.0
+    assert obs.e2e_ms == 812.0 and obs.throughput_cv == 0.123 and obs.request_rate == 12.0
     assert obs.ttft_ms is None and obs.queue == 0.0
     assert obs.state == "OK" and obs.time == "2026-01-01T00:00:00Z"
 

@@ -19,9 +19,9 @@ from slo_operator.slo.evaluate import (
     report,
 )
 
-OBJ = Objectives.model_validate({"e2eLatencyP99Ms": 1000, "ttftP95Ms": 200,
+OBJ = Objectives.model_validate({"e2eLatencyMs": 1000, "ttftMs": 200,
                                  "throughputCVMax": 0.2})
-OBJ_ITL = Objectives.model_validate({"e2eLatencyP99Ms": 1000, "ttftP95Ms": 200,
+OBJ_ITL = Objectives.model_validate({"e2eLatencyMs": 1000, "ttftMs": 200,
                                      "interTokenLatencyMs": 50})
 FINE = Signals(state=MetricsState.OK, e2e_ms=900, ttft_ms=150, jitter=0.05, itl_ms=30,
                request_rate=5.0, waiting=0.0, running=3.0)

@@ -18,7 +18,7 @@ from slo_operator.slo.evaluate import (
     report,
 )
 
-OBJ = Objectives(e2eLatencyP99Ms=800, ttftP95Ms=300, throughputCVMax=0.15,
+OBJ = Objectives(e2eLatencyMs=800, ttftMs=300, throughputCVMax=0.15,
                  interTokenLatencyMs=50)
 GOOD = {"e2e_ms": 700.0, "ttft_ms": 200.0, "jitter": 0.1, "itl_ms": 40.0}
 
