@@ -1,0 +1,3 @@
+"""Fixtures every suite may use."""
+
+from tests.support.golden import golden  # noqa: F401
