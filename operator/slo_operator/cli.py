@@ -6,9 +6,10 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import yaml
@@ -32,6 +33,9 @@ from slo_operator.reconcile.desired import (
 )
 from slo_operator.render.names import is_namespace_name, is_object_name
 from slo_operator.render.objects import build_all
+from slo_operator.settings import OPTIONS, OperatorSettings, operator_version
+
+FC = TypeVar("FC", bound=Callable[..., Any])
 
 
 class InputError(click.ClickException):
@@ -187,6 +191,7 @@ def _missing_devtools(name: str) -> click.Command:
 
 
 @click.group(cls=_Commands)
+@click.version_option(operator_version(), prog_name="slo-operator")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """Keep LLM inference on Kubernetes inside its latency SLOs at the lowest GPU cost."""
@@ -355,59 +360,58 @@ def rules(filename: str, fmt: str) -> None:
                                for ref, gs in built), nl=False)
 
 
-@main.command()
-@click.option("-n", "--namespace", "namespaces", multiple=True,
-              help="Watch only these namespaces (repeatable); default: all.")
-@click.option("--liveness", default="http://0.0.0.0:8080/healthz", show_default=True,
-              help="Liveness endpoint URL.")
-@click.option("--kubeconfig", envvar="SLO_KUBECONFIG", help="Kubeconfig (default: in-cluster).")
-@click.option("--prometheus-url", envvar="SLO_PROMETHEUS_URL",
-              help="Prometheus base URL the SLO loop queries (default: no SLO signals).")
-@click.option("--interval", type=click.FloatRange(min=0.1), envvar="SLO_RECONCILE_INTERVAL",
-              help="Seconds between periodic passes (default 20).")
-@click.option("--peering", envvar="SLO_PEERING",
-              help="kopf peering object name: replicas sharing it elect one to act "
-                   "(default: standalone).")
-@click.option("--peering-priority", type=int, envvar="SLO_PEERING_PRIORITY",
-              help="Peering priority (default: earlier start acts).")
-@click.option("--peering-lifetime", type=click.IntRange(min=2), envvar="SLO_PEERING_LIFETIME",
-              default=kopf_peering.DEFAULT_LIFETIME_S, show_default=True,
-              help="Seconds without keep-alive after which a peer is presumed dead.")
-@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), envvar="SLO_METRICS_PORT",
-              default=0, help="Serve the operator's /metrics on this port (0: off).")
-def run(namespaces: tuple[str, ...], liveness: str, kubeconfig: str | None,
-        prometheus_url: str | None, interval: float | None, peering: str | None,
-        peering_priority: int | None, peering_lifetime: int, metrics_port: int) -> None:
-    """Run the operator (kopf) against the current cluster."""
-    import os
+def _setting(field: str, *extra: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """A ``run`` option for one field of :class:`OperatorSettings`: flag, environment
+    variable and help from the settings table, default from the dataclass."""
+    opt = next(o for o in OPTIONS if o.field == field)
+    default = OperatorSettings.__dataclass_fields__[field].default
+    if "multiple" not in kwargs:
+        kwargs.setdefault("default", default)
+        kwargs.setdefault("show_default", default not in (None, ""))
+    return click.option(*extra, opt.flag, field, envvar=opt.env, help=opt.help, **kwargs)
 
+
+@main.command()
+@_setting("namespaces", "-n", multiple=True)
+@_setting("kubeconfig")
+@_setting("liveness")
+@_setting("prometheus_url")
+@_setting("prometheus_timeout", type=click.FloatRange(min=0.1))
+@_setting("interval", type=click.FloatRange(min=0.1))
+@_setting("apply_ttl", type=click.FloatRange(min=1))
+@_setting("peering")
+@_setting("peering_priority", type=int)
+@_setting("peering_lifetime", type=click.IntRange(min=2))
+@_setting("metrics_port", type=click.IntRange(min=0, max=65535))
+@_setting("workers", type=click.IntRange(min=1, max=256))
+@_setting("profiles_dir", type=click.Path(exists=True, file_okay=False))
+@_setting("runtime_image")
+def run(**options: Any) -> None:
+    """Run the operator (kopf) against the current cluster."""
     import kopf
 
     import slo_operator.handlers.indexes
     import slo_operator.handlers.inference_service
     import slo_operator.handlers.periodic
-    import slo_operator.handlers.setup
     import slo_operator.handlers.slo_policy  # noqa: F401  (registers handlers)
+    from slo_operator.handlers.setup import register_login
 
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
-        os.environ["SLO_KUBECONFIG"] = kubeconfig
-        # kopf's default login goes through the kubernetes client, whose default kubeconfig
-        # path was read from KUBECONFIG when it was imported (before this option was seen);
-        # kopf's own kubeconfig login reads the variable when it runs.
-        kopf.on.login()(kopf.login_with_kubeconfig)
-    if prometheus_url:
-        os.environ["SLO_PROMETHEUS_URL"] = prometheus_url
-    if interval is not None:
-        os.environ["SLO_RECONCILE_INTERVAL"] = str(interval)
-    operator_metrics.track_peering(bool(peering))
-    if metrics_port:
-        operator_metrics.serve(metrics_port)
+    options["namespaces"] = tuple(options["namespaces"])
+    try:
+        settings = OperatorSettings(**options)
+    except ValueError as err:
+        raise InputError(str(err)) from err
+    register_login(settings)
+    operator_metrics.track_peering(bool(settings.peering))
+    if settings.metrics_port:
+        operator_metrics.serve(settings.metrics_port)
     kopf.run(
-        **kopf_peering.run_kwargs(peering, peering_priority, peering_lifetime, time.time()),
-        clusterwide=not namespaces,
-        namespaces=list(namespaces),
-        liveness_endpoint=liveness or None,
+        **kopf_peering.run_kwargs(settings.peering, settings.peering_priority,
+                                  settings.peering_lifetime, time.time()),
+        clusterwide=not settings.namespaces,
+        namespaces=list(settings.namespaces),
+        liveness_endpoint=settings.liveness or None,
+        memo=kopf.Memo(config=settings),
     )
 
 

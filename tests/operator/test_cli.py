@@ -265,7 +265,7 @@ def test_render_honours_node_selector_when_choosing_a_pool(tmp_path: Path) -> No
     assert terms[0]["matchExpressions"][0]["values"] == ["NVIDIA-A100-SXM4-80GB"]
 
 
-def test_run_kubeconfig_option_is_used_without_the_env_variable(
+def test_run_kubeconfig_option_logs_kopf_in_to_that_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import kopf
@@ -276,10 +276,16 @@ def test_run_kubeconfig_option_is_used_without_the_env_variable(
     seen: dict[str, Any] = {}
     monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
     cfg = tmp_path / "kubeconfig"
-    cfg.write_text("apiVersion: v1\nkind: Config\n")
+    cfg.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://10.1.2.3:6443",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "abc123"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
     res = run("run", "--kubeconfig", str(cfg), "--liveness", "")
     assert res.exit_code == 0, res.output
-    logins = [h.fn for h in kopf.get_default_registry()._activities.get_all_handlers()]
-    # kopf's kubeconfig login reads KUBECONFIG when it runs, so the option takes effect.
-    assert kopf.login_with_kubeconfig in logins
-    assert os.environ["KUBECONFIG"] == str(cfg)
+    logins = [h.fn for h in kopf.get_default_registry()._activities.get_all_handlers()
+              if h.fn.__name__ == "login"]
+    info = logins[-1]()
+    assert (info.server, info.token, info.insecure) == ("https://10.1.2.3:6443", "abc123", True)
+    assert "KUBECONFIG" not in os.environ, "the option is not written to the environment"

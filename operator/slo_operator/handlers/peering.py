@@ -14,8 +14,6 @@ from typing import Any
 
 import kopf
 
-DEFAULT_LIFETIME_S = 15
-
 
 def priority_from_start(started_unix: float) -> int:
     """kopf peering priority: earlier start (milliseconds) means higher priority."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import kopf
 
@@ -20,42 +20,35 @@ from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
+from slo_operator.settings import OperatorSettings, operator_version
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    try:
-        value = float(raw) if raw.strip() else default
-    except ValueError:
-        raise kopf.PermanentError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise kopf.PermanentError(f"{name}={raw!r} must be positive")
-    return value
+def register_login(config: OperatorSettings) -> None:
+    """With ``--kubeconfig``, log kopf in from that file (the same one the kubernetes client
+    reads for the writes), instead of from the environment's default kubeconfig."""
+    if not config.kubeconfig:
+        return
+    path = config.kubeconfig
+
+    @kopf.on.login()
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(load_api_client(path).configuration)
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    """The periodic SLO pass, from the environment (``slo-operator run`` sets it too).
-
-    SLO_RECONCILE_INTERVAL: seconds between passes (default 20).
-    SLO_PROMETHEUS_URL: Prometheus base URL; unset means no SLO signals are read.
-    SLO_PROMETHEUS_TIMEOUT: seconds per PromQL query (default 10).
-    SLO_APPLY_TTL: seconds after which unchanged objects are applied again (default 600).
-    """
-
-    interval: float = 20.0
-    prometheus_url: str | None = None
-    prometheus_timeout: float = 10.0
-    apply_ttl: float = 600.0
-
-    @classmethod
-    def from_env(cls) -> LoopSettings:
-        return cls(
-            interval=_env_float("SLO_RECONCILE_INTERVAL", cls.interval),
-            prometheus_url=os.environ.get("SLO_PROMETHEUS_URL") or None,
-            prometheus_timeout=_env_float("SLO_PROMETHEUS_TIMEOUT", cls.prometheus_timeout),
-            apply_ttl=_env_float("SLO_APPLY_TTL", cls.apply_ttl),
-        )
+def connection_info(cfg: Any) -> kopf.ConnectionInfo:
+    """kopf's connection from a kubernetes client ``Configuration``."""
+    keys = cfg.api_key or {}
+    token = str(keys.get("BearerToken") or keys.get("authorization") or "")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+        token=token.removeprefix("Bearer ").strip() or None,
+        username=cfg.username or None,
+        password=cfg.password or None,
+    )
 
 
 @dataclass
@@ -84,7 +77,7 @@ class StatusMemory:
 class Context:
     kube: Kube
     settings: Settings
-    loop: LoopSettings = field(default_factory=lambda: LoopSettings())
+    config: OperatorSettings = field(default_factory=OperatorSettings)
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     applied: AppliedCache = field(default_factory=AppliedCache)
     statuses: StatusMemory = field(default_factory=StatusMemory)
@@ -93,6 +86,11 @@ class Context:
     # The SLO loop's signals; None without SLO_PROMETHEUS_URL (status then says
     # AwaitingMetrics and replicas stay at what was last decided).
     metrics: MetricsSource | None = None
+
+    @property
+    def loop(self) -> OperatorSettings:
+        """The SLO pass's settings (interval, Prometheus), part of :attr:`config`."""
+        return self.config
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         # Timers, watch events and change handlers may fire together for one object.
@@ -131,28 +129,35 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # The resources are known up front; scanning CRDs would need cluster-wide read access
     # to CustomResourceDefinitions, which the least-privilege role does not grant.
     settings.scanning.disabled = True
-    settings.execution.max_workers = int(os.environ.get("SLO_WORKERS", "8"))
-    api = load_api_client(os.environ.get("SLO_KUBECONFIG") or None)
-    extra = os.environ.get("SLO_PROFILES_DIR")
-    profiles = load_profiles() + (load_profiles(Path(extra)) if extra else ())
-    logging.getLogger(__name__).info(
-        "Started with Prometheus %s, pass interval %gs",
-        os.environ.get("SLO_PROMETHEUS_URL") or "(none: no SLO signals)",
-        LoopSettings.from_env().interval,
-    )
-    logging.getLogger(__name__).info(
-        "Loaded %d node profiles: %s", len(profiles), ", ".join(p.source for p in profiles)
-    )
-    loop = LoopSettings.from_env()
+    config: OperatorSettings = getattr(memo, "config", None) or OperatorSettings()
+    settings.execution.max_workers = config.workers
+    api = load_api_client(config.kubeconfig)
+    profiles = load_profiles() + (load_profiles(Path(config.profiles_dir))
+                                  if config.profiles_dir else ())
+    log = logging.getLogger(__name__)
+    log.info("Started slo-operator %s with Prometheus %s, pass interval %gs",
+             operator_version(), redact_url(config.prometheus_url) or "(none: no SLO signals)",
+             config.interval)
+    log.info("Loaded %d node profiles: %s", len(profiles),
+             ", ".join(p.source for p in profiles))
     memo.slo = Context(
         kube=Kube(api),
-        loop=loop,
-        applied=AppliedCache(ttl=loop.apply_ttl),
-        metrics=(PrometheusAdapter(loop.prometheus_url, loop.prometheus_timeout,
+        config=config,
+        applied=AppliedCache(ttl=config.apply_ttl),
+        metrics=(PrometheusAdapter(config.prometheus_url, config.prometheus_timeout,
                                    on_query=_record_query)
-                 if loop.prometheus_url else None),
-        settings=Settings(
-            runtime_image=os.environ.get("SLO_RUNTIME_IMAGE", Settings().runtime_image),
-            profiles=profiles,
-        ),
+                 if config.prometheus_url else None),
+        settings=Settings(runtime_image=config.image, profiles=profiles),
     )
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` without a password (user:password@host -> user:***@host) for logs."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

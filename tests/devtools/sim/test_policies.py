@@ -16,7 +16,7 @@ from slo_devtools.sim.policies import (
     llmd_slo_signal,
     wva_saturation,
 )
-from slo_operator.handlers.setup import LoopSettings
+from slo_operator.settings import OperatorSettings
 
 
 @pytest.mark.parametrize(("total", "target", "current", "want"), [
@@ -95,4 +95,4 @@ def test_schedule_starts_replicas_one_cold_start_ahead() -> None:
 
 
 def test_operator_period_matches_the_operator() -> None:
-    assert LoopSettings().interval == OPERATOR_PERIOD_S
+    assert OperatorSettings().interval == OPERATOR_PERIOD_S

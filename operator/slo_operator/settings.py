@@ -1,0 +1,108 @@
+"""The operator's configuration: one object, built once from ``slo-operator run``'s options
+(each also read from its environment variable) and handed to the handlers through kopf's
+memo. Nothing else reads the environment for configuration.
+
+Every setting has a flag and an environment variable; :data:`OPTIONS` is the table the CLI
+builds its options from and docs/install.md lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
+
+def operator_version() -> str:
+    """The installed slo-operator distribution's version: the one place it is read from."""
+    try:
+        return _dist_version("slo-operator")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
+        return "0.0.0+unknown"
+
+
+def default_runtime_image(version: str | None = None) -> str:
+    """The image whose init container copies the runtime into vLLM pods: this release's."""
+    return f"ghcr.io/slo-operator/slo-operator:{version or operator_version()}"
+
+
+DEFAULT_PEERING_LIFETIME_S = 15
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its field, flag, environment variable, help text."""
+
+    field: str
+    flag: str
+    env: str
+    help: str
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Everything ``slo-operator run`` is configured with (defaults are the documented ones)."""
+
+    namespaces: tuple[str, ...] = ()
+    kubeconfig: str | None = None
+    liveness: str = "http://0.0.0.0:8080/healthz"
+    prometheus_url: str | None = None
+    prometheus_timeout: float = 10.0
+    interval: float = 20.0
+    apply_ttl: float = 600.0
+    peering: str | None = None
+    peering_priority: int | None = None
+    peering_lifetime: int = DEFAULT_PEERING_LIFETIME_S
+    metrics_port: int = 0
+    workers: int = 8
+    profiles_dir: str | None = None
+    runtime_image: str | None = None
+
+    @property
+    def image(self) -> str:
+        """The runtime image to use: the configured one, else this release's."""
+        return self.runtime_image or default_runtime_image()
+
+    def __post_init__(self) -> None:
+        for name in ("prometheus_timeout", "interval", "apply_ttl"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
+        if self.workers < 1:
+            raise ValueError(f"{_flag('workers')} must be at least 1, got {self.workers}")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("namespaces", "--namespace", "SLO_NAMESPACES",
+           "Watch only these namespaces (repeatable; the variable is space-separated); "
+           "default: all."),
+    Option("kubeconfig", "--kubeconfig", "SLO_KUBECONFIG", "Kubeconfig (default: in-cluster)."),
+    Option("liveness", "--liveness", "SLO_LIVENESS", "Liveness endpoint URL ('' turns it off)."),
+    Option("prometheus_url", "--prometheus-url", "SLO_PROMETHEUS_URL",
+           "Prometheus base URL the SLO loop queries (default: no SLO signals)."),
+    Option("prometheus_timeout", "--prometheus-timeout", "SLO_PROMETHEUS_TIMEOUT",
+           "Seconds per PromQL query."),
+    Option("interval", "--interval", "SLO_RECONCILE_INTERVAL",
+           "Seconds between periodic SLO passes."),
+    Option("apply_ttl", "--apply-ttl", "SLO_APPLY_TTL",
+           "Seconds after which an unchanged owned object is applied again."),
+    Option("peering", "--peering", "SLO_PEERING",
+           "kopf peering object name: replicas sharing it elect one to act "
+           "(default: standalone)."),
+    Option("peering_priority", "--peering-priority", "SLO_PEERING_PRIORITY",
+           "Peering priority (default: earlier start acts)."),
+    Option("peering_lifetime", "--peering-lifetime", "SLO_PEERING_LIFETIME",
+           "Seconds without keep-alive after which a peer is presumed dead."),
+    Option("metrics_port", "--metrics-port", "SLO_METRICS_PORT",
+           "Serve the operator's /metrics on this port (0: off)."),
+    Option("workers", "--workers", "SLO_WORKERS", "Handler threads kopf runs at once."),
+    Option("profiles_dir", "--profiles-dir", "SLO_PROFILES_DIR",
+           "More node profiles (JSON) beside the shipped ones."),
+    Option("runtime_image", "--runtime-image", "SLO_RUNTIME_IMAGE",
+           "Image the vLLM pods' init container copies the runtime from "
+           "(default: this release's operator image)."),
+)
+
+
+def _flag(name: str) -> str:
+    return next(o.flag for o in OPTIONS if o.field == name)
+
