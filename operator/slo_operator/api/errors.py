@@ -15,6 +15,9 @@ class FieldProblem:
     message: str
 
     def __str__(self) -> str:
+        # A cross-field rule's message already starts with the field it names.
+        if self.message.startswith(f"{self.field} "):
+            return self.message
         return f"{self.field}: {self.message}"
 
 

@@ -48,7 +48,7 @@ OPERATOR_ENV_NAMES = ("PYTHONPATH", "POD_NAME", "POD_NAMESPACE", "HOME", "QUANT_
 
 def parse_duration(value: str) -> int:
     """Seconds in a duration such as ``60s``, ``5m`` or ``1h``."""
-    if not _DURATION_RE.match(value):
+    if not _DURATION_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a duration like 60s, 5m or 1h")
     return int(value[:-1]) * _DURATION_UNITS[value[-1]]
 
@@ -570,7 +570,7 @@ class HardwareSpec(_Model):
     @model_validator(mode="after")
     def _selector_keys(self) -> HardwareSpec:
         for key in self.node_selector:
-            if not _QUALIFIED_NAME_RE.match(key) or len(key.split("/")[0]) > 253:
+            if not _QUALIFIED_NAME_RE.fullmatch(key) or len(key.split("/")[0]) > 253:
                 raise ValueError(
                     f".nodeSelector: {key!r} is not a label key such as example.com/zone"
                 )

@@ -266,7 +266,7 @@ def _classify_nvidia(labels: Mapping[str, str]) -> HardwareResolution:
         found = []
         for key, value in labels.items():
             pm = _MIG_COUNT_RE.match(key)
-            if pm and value.strip().isdigit() and int(value) > 0:
+            if pm and value.strip().isascii() and value.strip().isdigit() and int(value) > 0:
                 found.append(pm.group("profile"))
         mig_profiles = tuple(sorted(found))
         if mig_profiles:
@@ -415,7 +415,7 @@ def _amd_values(labels: Mapping[str, str], prefix: str, kind: str) -> list[tuple
     for key, count in labels.items():
         if key.startswith(stem):
             value = key[len(stem) :]
-            n = int(count) if count.strip().isdigit() else 0
+            n = int(count) if count.strip().isascii() and count.strip().isdigit() else 0
             out.append((key, value, n))
     out.sort(key=lambda t: (-t[2], t[1]))
     return out

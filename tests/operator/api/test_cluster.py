@@ -1,39 +1,16 @@
-"""The cluster's own objects as the operator sees them (api.cluster)."""
+"""The cluster's own objects as the operator sees them (api.cluster): service-wide totals of
+a service's Deployments, snapshot lookups, and the API server's refusals."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, fields
-from typing import Any, get_type_hints
+from dataclasses import FrozenInstanceError
+from typing import Any
 
 import pytest
 
-from slo_operator.api.cluster import (
-    ApiRejected,
-    DeploymentObs,
-    NodeInfo,
-    ObjKey,
-    PodObs,
-    Snapshot,
-)
+from slo_operator.api.cluster import ApiRejected, DeploymentObs, NodeInfo, PodObs, Snapshot
 
-
-def test_a_node_is_schedulable_with_nothing_allocatable_by_default() -> None:
-    node = NodeInfo("n1", {"a": "b"})
-    assert node.schedulable is True
-    assert node.allocatable == {}
-
-
-def test_deployment_defaults() -> None:
-    d = DeploymentObs()
-    assert [getattr(d, f.name) for f in fields(d)] == [0, 0, 0, 0, 0, None, "", ""]
-
-
-def test_pod_defaults() -> None:
-    p = PodObs("p", "Running")
-    assert (p.unschedulable, p.message, p.inflight_limit, p.ready, p.ready_since) == (
-        False, "", None, False, None)
-    assert (p.variant, p.gpu_product, p.gpus, p.gpu_resource, p.node) == ("", "", 0, "", "")
+# ---------------------------------------------------------------- DeploymentObs.total
 
 
 def test_total_of_nothing_is_none_and_of_one_is_that_one() -> None:
@@ -52,13 +29,18 @@ def test_total_sums_counts_and_replicas_asked() -> None:
         spec_replicas=2)
 
 
-@pytest.mark.parametrize(("specs", "want"), [
-    ((None, 2), None), ((2, None), None), ((0, 0), 0), ((1, 4), 5), ((0, 3), 3)])
-def test_total_replicas_asked_is_unknown_when_any_is(specs: tuple[int | None, int | None],
-                                                     want: int | None) -> None:
-    deps = [DeploymentObs(spec_replicas=s) for s in specs]
-    total = DeploymentObs.total(deps)
-    assert total is not None and total.spec_replicas == want
+@pytest.mark.parametrize(("specs", "want_spec_replicas"), [
+    pytest.param((None, 2), None, id="first-unknown"),
+    pytest.param((2, None), None, id="second-unknown"),
+    pytest.param((0, 0), 0, id="both-zero"),
+    pytest.param((1, 4), 5, id="both-known"),
+    pytest.param((0, 3), 3, id="zero-and-some"),
+])
+def test_total_replicas_asked_is_unknown_when_any_is(
+    specs: tuple[int | None, int | None], want_spec_replicas: int | None
+) -> None:
+    total = DeploymentObs.total([DeploymentObs(spec_replicas=s) for s in specs])
+    assert total is not None and total.spec_replicas == want_spec_replicas
 
 
 def test_total_takes_generations_of_the_first_lagging_rollout() -> None:
@@ -79,13 +61,11 @@ def test_total_takes_generations_of_the_first_when_none_lags() -> None:
     assert (total.generation, total.observed_generation) == (3, 3)
 
 
-def test_snapshot_defaults_are_empty() -> None:
+# ---------------------------------------------------------------- Snapshot
+
+
+def test_an_empty_snapshot_finds_nothing() -> None:
     s = Snapshot()
-    assert (s.services, s.policies, s.deployments, s.pods, s.variant_deployments) == (
-        {}, {}, {}, {}, {})
-    assert s.nodes == ()
-    assert s.prices is None
-    assert s.memo == {}
     assert s.policy("ns", "p") is None
     assert s.deployment("ns", "svc") is None
     assert s.variants("ns", "svc") == {}
@@ -107,35 +87,22 @@ def test_snapshot_lookups_by_namespace_and_name() -> None:
     assert s.variants("other", "chat") == {}
 
 
-def test_memo_is_left_out_of_comparison_and_repr() -> None:
-    a, b = Snapshot(), Snapshot()
-    a.memo["pools"] = 1
-    assert a == b
-    assert "memo" not in repr(a)
-    assert b.memo == {}
+# ---------------------------------------------------------------- values and errors
 
 
-def test_api_rejection_keeps_the_servers_message() -> None:
+def test_api_rejection_keeps_the_servers_message(golden: Any) -> None:
     err = ApiRejected("Deployment", "chat", 422, "spec.replicas: must be >= 0")
-    assert str(err) == "Deployment chat: spec.replicas: must be >= 0"
     assert (err.kind, err.name, err.status, err.message) == (
         "Deployment", "chat", 422, "spec.replicas: must be >= 0")
+    golden.check("api", "cluster.api-rejected", str(err))
 
 
 @pytest.mark.parametrize("value", [
-    NodeInfo("n", {}), DeploymentObs(), PodObs("p", "Running"), Snapshot()])
+    pytest.param(NodeInfo("n", {}), id="node"),
+    pytest.param(DeploymentObs(), id="deployment"),
+    pytest.param(PodObs("p", "Running"), id="pod"),
+    pytest.param(Snapshot(), id="snapshot"),
+])
 def test_observed_objects_are_immutable(value: object) -> None:
     with pytest.raises(FrozenInstanceError):
         value.name = "other"  # type: ignore[attr-defined]
-
-
-def test_declared_types_resolve() -> None:
-    """typing.get_type_hints reads the same types the adapters and tests build."""
-    assert ObjKey == tuple[str, str]
-    assert get_type_hints(DeploymentObs)["spec_replicas"] == int | None
-    pod = get_type_hints(PodObs)
-    assert (pod["inflight_limit"], pod["ready_since"]) == (int | None, float | None)
-    assert get_type_hints(Snapshot)["prices"] == Mapping[str, Mapping[str, str]] | None
-    assert get_type_hints(DeploymentObs.total)["return"] == DeploymentObs | None
-    assert get_type_hints(Snapshot.policy)["return"] == Mapping[str, Any] | None
-    assert get_type_hints(Snapshot.deployment)["return"] == DeploymentObs | None
