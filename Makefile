@@ -55,6 +55,10 @@ crds: venv
 	$(BIN)/slo-operator crds --out-dir crds
 	cp crds/*.yaml charts/slo-operator/crds/
 
-# The measured node profiles of profiles/ that the operator ships as package data.
+# Node profiles live in one place: operator/slo_operator/data/profiles/ (package data the
+# operator reads). After a run on a GPU node, `slo-runtime profile --plan profiles/plan-h200.json
+# --out DIR`, `make profiles PROFILE_RUN=DIR` writes the node profiles of DIR there (probes,
+# plans, logs and broken files left out) and removes packaged profiles DIR does not hold.
 profiles: venv
-	$(BIN)/slo-operator profiles --from profiles --out-dir operator/slo_operator/data/profiles
+	@test -n "$(PROFILE_RUN)" || { echo "usage: make profiles PROFILE_RUN=DIR (the --out directory of slo-runtime profile)" >&2; exit 2; }
+	$(BIN)/slo-operator profiles --from "$(PROFILE_RUN)" --out-dir operator/slo_operator/data/profiles

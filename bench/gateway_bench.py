@@ -1,6 +1,6 @@
 """Gateway overhead: open-loop load on loopback, direct vs through the gateway, one run.
 
-Starts a replica model (``slo-runtime replica``) and the gateway in front of it as
+Starts a replica model (``slo-devtools replica``) and the gateway in front of it as
 separate processes, then drives a fixed request rate alternately straight at the replica
 and through the gateway (A B A B ... phases, so drift in the machine's load hits both
 arms alike). Latency is measured from each request's *scheduled* send time (open loop:
@@ -158,9 +158,10 @@ def main() -> None:
 
     rport, gport = free_port(), free_port()
     py = [sys.executable, "-m", "slo_runtime.cli"]
+    dev = [sys.executable, "-m", "slo_devtools.commands"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs = [
-        subprocess.Popen([*py, "replica", "--port", str(rport), "--base-ms", str(args.base_ms),
+        subprocess.Popen([*dev, "replica", "--port", str(rport), "--base-ms", str(args.base_ms),
                           "--per-seq-ms", "0", "--prefill-ms-per-token", "0",
                           "--max-num-seqs", "1024"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL),

@@ -8,6 +8,8 @@ container) and the operator import the same module. It holds:
 - label keys and annotation names on the pods, the downward-API limit file;
 - the vLLM 0.32.0 metric names the SLO loop reads, the older names as a fallback, and
   every histogram's bucket boundaries (checked against ``tests/fixtures/vllm``);
+- the gateway's own metric names (``slo_gateway_*``), which the gateway exposes and the
+  SLO loop reads;
 - the FP8 ``--quantization`` methods and KV-cache dtypes;
 - vLLM's ``vllm serve`` flag table (``data/serve-args-vllm-0.32.0.json``, a dump of
   vLLM 0.32.0's own argparse parser) and a parser that splits argument lists the way
@@ -134,6 +136,25 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     "vllm:request_num_preemptions": PREEMPTIONS_BUCKETS,
     "vllm:request_prefill_kv_computed_tokens": TOKENS_BUCKETS,
 }
+
+# --- the gateway's own metrics -----------------------------------------------------------
+# Families the in-pod gateway exposes on GATEWAY_METRICS_PATH (counters with COUNTER_SUFFIX,
+# histograms as _bucket/_sum/_count). Its TTFT and e2e histograms use vLLM's boundaries
+# (TTFT_BUCKETS, REQUEST_LATENCY_BUCKETS), so both views compare bucket by bucket.
+GATEWAY_TTFT = "slo_gateway_time_to_first_token_seconds"          # histogram, tenant
+GATEWAY_E2E_LATENCY = "slo_gateway_e2e_request_latency_seconds"   # histogram, tenant
+GATEWAY_QUEUE_WAIT = "slo_gateway_queue_wait_seconds"             # histogram, tenant
+GATEWAY_QUEUE_DEPTH = "slo_gateway_queue_depth"                   # gauge, tenant
+GATEWAY_INFLIGHT = "slo_gateway_inflight"                         # gauge
+GATEWAY_INFLIGHT_LIMIT = "slo_gateway_inflight_limit"             # gauge
+GATEWAY_REQUESTS = "slo_gateway_requests"                         # counter, tenant + code
+GATEWAY_REJECTIONS = "slo_gateway_rejections"                     # counter, tenant + reason
+GATEWAY_CANCELLED = "slo_gateway_cancelled"                       # counter, tenant
+GATEWAY_METRICS = (
+    GATEWAY_TTFT, GATEWAY_E2E_LATENCY, GATEWAY_QUEUE_WAIT, GATEWAY_QUEUE_DEPTH,
+    GATEWAY_INFLIGHT, GATEWAY_INFLIGHT_LIMIT, GATEWAY_REQUESTS, GATEWAY_REJECTIONS,
+    GATEWAY_CANCELLED,
+)
 
 # --- precision ----------------------------------------------------------------------------
 # `--quantization` methods of vLLM 0.32.0 whose weights are FP8 (every FP8 name in the

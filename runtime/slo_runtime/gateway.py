@@ -84,36 +84,36 @@ class _AdmissionCollector:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         a = self.admission
-        depth = GaugeMetricFamily("slo_gateway_queue_depth", "Requests waiting, per tenant.",
+        depth = GaugeMetricFamily(contract.GATEWAY_QUEUE_DEPTH, "Requests waiting, per tenant.",
                                   labels=["tenant"])
         for name in sorted(a.tenants):
             depth.add_metric([name], a.queued(name))
         yield depth
-        yield GaugeMetricFamily("slo_gateway_inflight", "Requests admitted and not finished.",
+        yield GaugeMetricFamily(contract.GATEWAY_INFLIGHT, "Requests admitted and not finished.",
                                 value=a.in_flight)
-        yield GaugeMetricFamily("slo_gateway_inflight_limit", "The live in-flight limit.",
+        yield GaugeMetricFamily(contract.GATEWAY_INFLIGHT_LIMIT, "The live in-flight limit.",
                                 value=a.limit)
 
 
 class GatewayMetrics:
     def __init__(self, admission: FairAdmission) -> None:
         self.registry = reg = CollectorRegistry()
-        self.requests = Counter("slo_gateway_requests", "Requests answered, by HTTP status.",
+        self.requests = Counter(contract.GATEWAY_REQUESTS, "Requests answered, by HTTP status.",
                                 ["tenant", "code"], registry=reg)
-        self.rejections = Counter("slo_gateway_rejections", "Requests refused, by reason.",
+        self.rejections = Counter(contract.GATEWAY_REJECTIONS, "Requests refused, by reason.",
                                   ["tenant", "reason"], registry=reg)
-        self.cancelled = Counter("slo_gateway_cancelled", "Requests whose client went away.",
+        self.cancelled = Counter(contract.GATEWAY_CANCELLED, "Requests whose client went away.",
                                  ["tenant"], registry=reg)
         # vLLM's own boundaries, so the gateway's view and the engine's compare bucket by
         # bucket (and the queueing in front of vLLM reads off).
-        self.ttft = Histogram("slo_gateway_time_to_first_token_seconds",
+        self.ttft = Histogram(contract.GATEWAY_TTFT,
                               "Arrival at the gateway to first response byte (streaming).",
                               ["tenant"], buckets=contract.TTFT_BUCKETS, registry=reg)
-        self.e2e = Histogram("slo_gateway_e2e_request_latency_seconds",
+        self.e2e = Histogram(contract.GATEWAY_E2E_LATENCY,
                              "Arrival at the gateway to last response byte.",
                              ["tenant"], buckets=contract.REQUEST_LATENCY_BUCKETS,
                              registry=reg)
-        self.queue_wait = Histogram("slo_gateway_queue_wait_seconds",
+        self.queue_wait = Histogram(contract.GATEWAY_QUEUE_WAIT,
                                     "Time waiting for an in-flight slot.", ["tenant"],
                                     buckets=contract.TTFT_BUCKETS, registry=reg)
         reg.register(_AdmissionCollector(admission))

@@ -14,7 +14,8 @@ from tests.support.paths import FIXTURES, REPO
 
 FIXTURES_VLLM = FIXTURES / "vllm"
 CALIBRATION = FIXTURES / "calibration"
-PROFILES = REPO / "profiles"
+# The measured node profiles: one home, the operator's package data.
+PROFILES = REPO / "operator" / "slo_operator" / "data" / "profiles"
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 10.0,

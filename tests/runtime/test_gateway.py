@@ -11,8 +11,9 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from slo_devtools.replica.server import LinearSteps
+from slo_runtime import contract
 from slo_runtime.admission import FairAdmission
-from slo_runtime.gateway import TenantsConfig, TenantSpec
+from slo_runtime.gateway import GatewayMetrics, TenantsConfig, TenantSpec
 from slo_runtime.limitwatch import parse_limit
 from tests.runtime.rt_support import Servers, wait_until
 
@@ -363,6 +364,16 @@ async def test_gateway_exports_ttft_e2e_and_queue_metrics(servers: Servers) -> N
     assert 0.004 < ttft < e2e
     assert ("slo_gateway_queue_depth", tenant) in m
     assert m[("slo_gateway_inflight", ())] == 0
+
+
+def test_gateway_families_are_the_contracts_names() -> None:
+    """The gateway exposes exactly the families named in slo_runtime.contract, which the
+    operator's queries read (slo.promql)."""
+    metrics = GatewayMetrics(FairAdmission(limit=4))
+    names = {fam.name for fam in metrics.registry.collect()}
+    assert names == set(contract.GATEWAY_METRICS)
+    assert len(contract.GATEWAY_METRICS) == len(names)
+    assert all(n.startswith("slo_gateway_") for n in names)
 
 
 async def test_engine_metrics_are_forwarded_from_vllm(servers: Servers) -> None:

@@ -1,4 +1,4 @@
-"""The shared step-time model against the committed H200 profiles."""
+"""The shared step-time model against the committed H200 profiles (the operator's package data)."""
 
 from __future__ import annotations
 

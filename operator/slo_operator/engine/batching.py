@@ -1,8 +1,14 @@
 """Batching: the batch limit, the chunked-prefill budget and the CUDA-graph sizes.
 
-``--max-num-seqs`` starts at the controller's current limit (clamped into the policy's
-range); ``--max-num-batched-tokens`` follows vLLM's API-server default per GPU class; CUDA
-graphs are captured for every batch size up to the policy's maximum.
+``--max-num-seqs`` is the policy's ``maxBatch`` (``BatchBounds.max_seqs``) unless
+``BatchBounds.initial`` is set; the reconciler sets it only for ``batching.mode: restart``,
+to the controller's current limit, and it is then clamped into ``[minBatch, maxBatch]``
+with an ``InitialBatchClamped`` note. So in ``live`` and ``off`` mode the flag is pinned
+to ``maxBatch`` and the gateway enforces the live limit below it. A user's
+``--max-num-batched-tokens`` is kept as given; otherwise it is vLLM's API-server default
+for the GPU class, raised to at least ``--max-num-seqs``. CUDA graphs are captured for
+every batch size up to ``maxBatch`` (none on Intel Gaudi). User ``extraArgs`` may still
+override any of these later (``engine.overrides``).
 """
 
 from __future__ import annotations

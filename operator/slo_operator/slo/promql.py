@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 from slo_runtime import contract as c
 
-# The in-pod gateway's client-visible families (runtime/slo_runtime/gateway.py; same
+# The in-pod gateway's client-visible families (named in slo_runtime.contract; same
 # buckets as vLLM's TTFT and e2e histograms).
-GATEWAY_TTFT = "slo_gateway_time_to_first_token_seconds"
-GATEWAY_E2E = "slo_gateway_e2e_request_latency_seconds"
-GATEWAY_QUEUE_DEPTH = "slo_gateway_queue_depth"
+GATEWAY_TTFT = c.GATEWAY_TTFT
+GATEWAY_E2E = c.GATEWAY_E2E_LATENCY
+GATEWAY_QUEUE_DEPTH = c.GATEWAY_QUEUE_DEPTH
 
 QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "waiting", "running", "kv")
 MAX_QUERIES = 10
