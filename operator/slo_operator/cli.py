@@ -218,7 +218,7 @@ def crds(out_dir: str | None) -> None:
 
 @main.command()
 @click.option("--from", "source", type=click.Path(exists=True, file_okay=False),
-              default="profiles", show_default=True,
+              required=True,
               help="Directory of measured node profiles (slo-runtime profile output).")
 @click.option("--out-dir", type=click.Path(file_okay=False),
               help="Write the packaged set here, removing any other *.json.")

@@ -1,4 +1,4 @@
-"""``slo-runtime``: what runs inside a vLLM pod (probe, profile, launch, gateway, replica)."""
+"""``slo-runtime``: what runs inside a vLLM pod (probe, profile, launch, gateway)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ FP8 mode follows what makes FP8 pay on Hopper-class GPUs: E4M3 weights with a
 per-tensor scale, a *static* per-tensor activation scale found by one calibration pass,
 and the activation quantization fused into the preceding elementwise kernel (RMSNorm or
 SiLU-and-multiply) by ``torch.compile``. Computing activation scales at run time with
-separate small kernels makes FP8 slower than BF16 (see ``shared/calibration``). The LM
+separate small kernels makes FP8 slower than BF16 (see ``tests/fixtures/calibration``). The LM
 head stays in BF16, like vLLM's FP8 checkpoints.
 
 torch is imported by this module; the rest of ``slo_runtime`` does not need it.

@@ -7,9 +7,9 @@ says how long such a step takes on a given GPU, model and precision, how many KV
 tokens fit, and how long a replica takes to start. It is pure, stdlib only and cheap
 (the discrete-event simulator calls :meth:`StepModel.step_ms` millions of times).
 
-Calibration: a node profile written by ``slo-runtime profile`` (``profiles/*.json``;
-the operator ships the same files as package data in
-``slo_operator/data/profiles/``, the one copy code reads). A profile holds, per
+Calibration: a node profile written by ``slo-runtime profile`` (the operator ships the
+measured ones as package data in ``slo_operator/data/profiles/``, the one copy code
+reads). A profile holds, per
 precision mode (``bf16``, ``fp8`` weights), the decode step time for batch sizes at a
 fixed context length ``ctx`` (``decode_ms``) and the time of one prefill pass for some
 token counts (``prefill_ms``), measured with CUDA graphs on the real GPU.

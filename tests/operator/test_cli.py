@@ -124,20 +124,33 @@ def test_crds_command_matches_committed_files() -> None:
 
 
 def test_profiles_command_writes_the_packaged_set(tmp_path: Path) -> None:
+    shipped = ROOT / "operator" / "slo_operator" / "data" / "profiles"
+    # A measurement run: the profiles plus what the profiler writes beside them.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for path in shipped.glob("*.json"):
+        (run_dir / path.name).write_text(path.read_text())
+    for name in ("h200-probe.json", "plan-h200.json"):
+        (run_dir / name).write_text((ROOT / "profiles" / name).read_text())
     out = tmp_path / "packaged"
     out.mkdir()
     (out / "withdrawn.json").write_text("{}")
     (out / "README.md").write_text("kept")
-    res = run("profiles", "--from", str(ROOT / "profiles"), "--out-dir", str(out))
+    res = run("profiles", "--from", str(run_dir), "--out-dir", str(out))
     assert res.exit_code == 0, res.output
-    shipped = ROOT / "operator" / "slo_operator" / "data" / "profiles"
     assert sorted(p.name for p in out.glob("*.json")) == sorted(
         p.name for p in shipped.glob("*.json"))
     for path in out.glob("*.json"):
         assert path.read_text() == (shipped / path.name).read_text()
     assert (out / "README.md").read_text() == "kept"
-    listed = run("profiles", "--from", str(ROOT / "profiles"))
+    listed = run("profiles", "--from", str(run_dir))
     assert listed.stdout.split() == sorted(p.name for p in out.glob("*.json"))
+
+
+def test_profiles_command_needs_its_source_named(tmp_path: Path) -> None:
+    res = run("profiles", "--out-dir", str(tmp_path))
+    assert res.exit_code == 2
+    assert "--from" in res.output
 
 
 def test_profiles_command_refuses_to_write_over_its_source(tmp_path: Path) -> None:

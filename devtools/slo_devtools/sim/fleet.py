@@ -76,7 +76,7 @@ class Pool:
         return re.sub(r"[^a-z0-9]+", "-", self.product.lower()).strip("-")
 
 
-# The local fake fleet's pools (devenv.fleet), in its order.
+# The local fake fleet's pools (devenv.gpu_nodes), in its order.
 DEFAULT_FLEET: tuple[Pool, ...] = (
     Pool("H100-SXM-80GB", 16, "fp8"),
     Pool("A100-SXM4-80GB", 16, "bf16"),

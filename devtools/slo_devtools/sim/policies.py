@@ -410,8 +410,8 @@ class Schedule:
 
 
 # --- slo-operator: the operator's own decide ------------------------------------------------
-# The operator's pass period (``handlers.setup.LoopSettings.interval``; a test keeps the two
-# equal: sim may not import handlers).
+# The operator's pass period (``slo_operator.settings.OperatorSettings.interval``; a test
+# keeps the two equal).
 OPERATOR_PERIOD_S = 20.0
 
 

@@ -1,14 +1,14 @@
 """Node profiles measured by ``slo-runtime profile``, as the engine rules use them.
 
 FP8 weights pay only with fused kernels, so a GPU that computes FP8 natively is not
-proof that FP8 is faster for a model on it (``../shared/calibration``). Where a profile
+proof that FP8 is faster for a model on it (``tests/fixtures/calibration``). Where a profile
 of the same GPU product and a similar model size exists, its ``fp8_recommended`` decides
 what ``precision: auto`` means. The profile format is ``docs/profile-format.md``.
 
-Pure apart from reading profile files; the operator ships the node profiles of
-``profiles/`` as package data (``slo_operator/data/profiles``, written by ``slo-operator
-profiles``: the files ``load_profiles`` uses, not the probe, plan or log beside them) and
-can be pointed at more (``SLO_PROFILES_DIR``).
+Pure apart from reading profile files; the operator ships its node profiles as package
+data (``slo_operator/data/profiles``, the one copy code reads; ``make profiles
+PROFILE_RUN=DIR`` writes them from a measurement run, see profiles/README.md) and can be
+pointed at more (``--profiles-dir``, ``SLO_PROFILES_DIR``).
 """
 
 from __future__ import annotations

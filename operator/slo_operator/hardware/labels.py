@@ -2,7 +2,7 @@
 
 Facts are decided from the hardware labels (NVIDIA compute capability and memory, AMD
 device ID and VRAM); the product string only picks the catalogue row that refines them
-(bandwidth, TFLOP/s). See ``../shared/fixtures/hardware/README.md`` rules 1-4 and
+(bandwidth, TFLOP/s). See ``tests/fixtures/hardware/README.md`` rules 1-4 and
 ``docs/hardware-and-engine.md``.
 """
 
@@ -51,7 +51,7 @@ NV_MIG_STRATEGY = "nvidia.com/mig.strategy"
 AMD_PREFIX = "amd.com/gpu."
 AMD_BETA_PREFIX = "beta.amd.com/gpu."
 GAUDI_PREFIX = "habana.ai/"
-# No vendor-published Gaudi label example exists (../shared/fixtures/hardware/
+# No vendor-published Gaudi label example exists (tests/fixtures/hardware/
 # node-labels.yaml); these keys are the operator's documented convention.
 GAUDI_PRODUCT = "habana.ai/gaudi.product"
 GAUDI_COUNT = "habana.ai/gaudi.count"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from slo_operator.monitoring import rules, sli
+from slo_runtime import contract as c
 
 SVC = 'namespace=~"$namespace",service=~"$service"'
 TENANT = 'tenant=~"$tenant"'
@@ -70,22 +71,22 @@ def panels() -> list[dict[str, Any]]:
                "Service instability: coefficient of variation of the per-request decode "
                "rate in each window."),
         _panel(5, "Replicas serving", [
-            (f"count by (namespace, service) (vllm:num_requests_running{{{pods}}})",
+            (f"count by (namespace, service) ({c.NUM_REQUESTS_RUNNING}{{{pods}}})",
              "{{namespace}}/{{service}}"),
         ], "none", (8, 9, 8, 8), "vLLM pods reporting metrics, per service."),
         _panel(6, "Live batch limit per replica", [
-            (f"max by (namespace, service) (slo_gateway_inflight_limit{{{pods}}})",
+            (f"max by (namespace, service) ({c.GATEWAY_INFLIGHT_LIMIT}{{{pods}}})",
              "limit {{namespace}}/{{service}}"),
-            (f"max by (namespace, service) (slo_gateway_inflight{{{pods}}})",
+            (f"max by (namespace, service) ({c.GATEWAY_INFLIGHT}{{{pods}}})",
              "in flight (busiest pod) {{namespace}}/{{service}}"),
         ], "none", (16, 9, 8, 8),
             "The in-flight limit the gateway enforces (moved by the operator without "
             "restarts) and the busiest pod's in-flight requests."),
         _panel(7, "Request rate and queue", [
             (f"{sli.REQUEST_RATE}{{{SVC}}}", "req/s {{namespace}}/{{service}}"),
-            (f"sum by (namespace, service) (vllm:num_requests_waiting{{{pods}}})",
+            (f"sum by (namespace, service) ({c.NUM_REQUESTS_WAITING}{{{pods}}})",
              "waiting in vLLM {{namespace}}/{{service}}"),
-            (f"sum by (namespace, service) (slo_gateway_queue_depth{{{pods}}})",
+            (f"sum by (namespace, service) ({c.GATEWAY_QUEUE_DEPTH}{{{pods}}})",
              "waiting in gateway {{namespace}}/{{service}}"),
         ], "short", (0, 17, 12, 8), "Finished requests per second and requests queued."),
         _panel(8, "Bad windows (any objective missed)", [

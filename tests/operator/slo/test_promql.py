@@ -1,0 +1,248 @@
+"""PromQL for the SLO loop: a fixed set of queries whatever the number of services and
+windows, every user value escaped, the queries docs/slo-loop.md prints, and the queries in
+the real PromQL engine (promtool)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slo_operator.slo import promql
+from slo_operator.slo.promql import (
+    QUERY_NAMES,
+    Query,
+    QueryPlan,
+    any_of,
+    build_queries,
+    duration,
+    escape_label_value,
+    plan_windows,
+    regex_value,
+)
+from tests.support.paths import REPO
+from tests.support.tools import promtool
+
+DOC = (REPO / "docs" / "slo-loop.md").read_text()
+HOSTILE = [
+    'team"} or vector(1) or {a="',
+    "back\\slash\\",
+    "new\nline",
+    'quote"',
+    "ctrl\x00\x1b",
+    "regex.*|(x)",
+    "ünïcode-名前",
+]
+# Scopes for promtool: a name that would end its string, a backslash, a newline.
+PROMTOOL_SCOPES = ['team"} or vector(1) or {a="', "back\\slash", "new\nline", "a"]
+HOSTILE_IDS = ["closes-the-matcher", "backslashes", "newline", "quote", "control-characters",
+               "regex-metacharacters", "unicode"]
+
+
+# --- what the docs say ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", build_queries([60]).queries, ids=lambda q: q.name)
+def test_documented_queries_are_the_built_ones(query: Query) -> None:
+    assert f"```promql\n{query.expr}\n```" in DOC
+
+
+def test_the_documented_query_count_and_window_limit_hold_for_a_thousand_services() -> None:
+    m = re.search(r"a fixed set of (\d+) PromQL queries", DOC)
+    assert m, "docs/slo-loop.md no longer states the number of queries"
+    windows = [60.0] * 700 + [300.0] * 200 + [float(w) for w in range(10, 110)]
+    plan = build_queries(windows, namespaces=[f"ns-{i}" for i in range(1000)])
+    assert len(plan.queries) == int(m[1]) <= promql.MAX_QUERIES
+    assert len({q.name for q in plan.queries}) == len(plan.queries)
+    # Many distinct windows are measured at a handful of them.
+    m = re.search(r"At most (\d+) distinct windows are measured", DOC)
+    assert m, "docs/slo-loop.md no longer states the window limit"
+    assert len(set(plan.windows.values())) == int(m[1])
+    assert plan.window_label(60) == "60s" and plan.window_label(300) == "300s"
+
+
+# --- the queries ------------------------------------------------------------------------------
+
+
+def test_queries_carry_the_names_signals_reads_in_order() -> None:
+    assert tuple(q.name for q in build_queries([60]).queries) == QUERY_NAMES
+
+
+def test_queries_group_by_service_and_prefer_client_visible_latency() -> None:
+    by = {q.name: q.expr for q in build_queries([60]).queries}
+    for expr in by.values():
+        assert "by (namespace, service" in expr
+    assert by["e2e"].index(promql.GATEWAY_E2E) < by["e2e"].index("vllm:e2e_request_latency")
+    assert "vllm:gpu_cache_usage_perc" in by["kv"]  # older vLLM name as fallback
+    assert "vllm:time_per_output_token_seconds" in by["itl"]
+
+
+def test_range_queries_list_windows_shortest_first() -> None:
+    """The query text is the same every cycle whatever order the policies came in, and
+    reads shortest window first (label values are strings: "300s" sorts before "60s")."""
+    plan = build_queries([300, 5, 60, 300])
+    assert plan.windows == {300: "300s", 5: "5s", 60: "60s"}
+    for q in plan.queries:
+        if q.name in ("e2e", "ttft", "itl", "decode", "throughput"):
+            at = [q.expr.index(f'"window", "{w}"') for w in ("5s", "60s", "300s")]
+            assert at == sorted(at), q.name
+
+
+# --- windows --------------------------------------------------------------------------------
+
+
+def test_rare_windows_snap_to_the_nearest_measured_one() -> None:
+    plan = build_queries([60] * 5 + [300] * 4 + [600] * 3 + [3600] * 2 + [90])
+    assert plan.windows[90] == "60s"
+    assert plan.window_label(7200) == "3600s"
+
+
+def test_equally_common_windows_keep_the_shortest() -> None:
+    """Five windows seen once each, four measured: the shortest four, the rest snapped."""
+    plan = plan_windows([600, 300, 120, 90, 60])
+    assert plan == {600: "300s", 300: "300s", 120: "120s", 90: "90s", 60: "60s"}
+
+
+def test_window_plan_defaults_and_floors() -> None:
+    assert plan_windows([]) == {60: "60s"}
+    assert plan_windows([0.4]) == {1: "1s"}
+    assert build_queries([]).window_label(60) == "60s"
+
+
+def test_a_plan_without_windows_reads_at_sixty_seconds() -> None:
+    assert QueryPlan(queries=(), windows={}).window_label(30) == "60s"
+
+
+@pytest.mark.parametrize(("seconds", "want"), [
+    pytest.param(0, "1s", id="zero-is-one-second"),
+    pytest.param(1, "1s", id="one-second"),
+    pytest.param(90, "90s", id="whole-seconds"),
+])
+def test_duration_is_whole_seconds_at_least_one(seconds: int, want: str) -> None:
+    assert duration(seconds) == want
+
+
+# --- user values in queries -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=HOSTILE_IDS)
+def test_escaped_value_reads_back_exactly_and_cannot_close_the_string(value: str) -> None:
+    body = escape_label_value(value)
+    # PromQL double-quoted strings use Go escapes; for these characters Python's agree.
+    assert ast.literal_eval(f'"{body}"') == value
+    assert re.search(r'(?<!\\)(\\\\)*"', body) is None  # no unescaped quote
+    assert "\n" not in body
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=HOSTILE_IDS)
+def test_regex_value_matches_only_the_literal(value: str) -> None:
+    pattern = ast.literal_eval(f'"{regex_value(value)}"')
+    assert re.fullmatch(pattern, value, flags=re.DOTALL)
+    assert not re.fullmatch(pattern, value + "x", flags=re.DOTALL)
+
+
+def test_any_of_is_a_sorted_deduplicated_alternative() -> None:
+    assert any_of("service", ["chat", "a.b", "chat"]) == r'service=~"a\\.b|chat"'
+
+
+def test_hostile_namespaces_stay_inside_their_matcher() -> None:
+    plan = build_queries([60], namespaces=HOSTILE)
+    for q in plan.queries:
+        # Every quote in the query is escaped or delimits a string; strings stay balanced.
+        unescaped = re.findall(r'(?<!\\)(?:\\\\)*"', q.expr)
+        assert len(unescaped) % 2 == 0
+        assert " or vector(1)" not in re.sub(r'"(?:[^"\\]|\\.)*"', '""', q.expr)
+
+
+def test_namespace_scope_selectors_are_exact() -> None:
+    two = build_queries([60], namespaces=["b", "a", "a"])
+    for q in two.queries:
+        assert '{namespace!="", service!="", namespace=~"a|b"}' in q.expr
+
+
+def test_empty_namespace_scope_matches_nothing() -> None:
+    for q in build_queries([60], namespaces=[]).queries:
+        assert '{namespace!="", service!="", namespace="-"}' in q.expr
+
+
+# --- in the real PromQL engine ------------------------------------------------------------------
+
+
+def run_promtool(tmp_path: Path, args: list[str], doc: dict[str, Any], name: str) -> str:
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run([str(promtool()), *args, str(f)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_every_query_parses_in_promtool_with_many_windows_and_hostile_scopes(
+        tmp_path: Path) -> None:
+    plan = build_queries([60, 300, 120, 3600, 90], namespaces=PROMTOOL_SCOPES)
+    rules = [{"record": f"slo:q_{q.name}", "expr": q.expr} for q in plan.queries]
+    out = run_promtool(tmp_path, ["check", "rules"], {"groups": [{"name": "slo",
+                                                                  "rules": rules}]},
+                       "rules.yaml")
+    assert f"{len(rules)} rules found" in out
+
+
+def series(name: str, labels: dict[str, str], per_step: float) -> dict[str, str]:
+    body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return {"series": f"{name}{{{body}}}", "values": f"0+{per_step}x40"}
+
+
+def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) -> None:
+    """Two pods of one service (gateway and engine views), one pod of another service;
+    counters grow at fixed rates every 15 s, so each expected rate is exact."""
+    a0 = {"namespace": "a", "service": "s", "pod": "s-0", "tenant": "a"}
+    a1 = {**a0, "pod": "s-1"}
+    b0 = {"namespace": "b", "service": "t", "pod": "t-0", "tenant": "b"}
+    inputs = []
+    for pod in (a0, a1):
+        for le, per in (("0.5", 15), ("1.0", 30), ("+Inf", 45)):  # 1, 2, 3 per second
+            inputs.append(series("slo_gateway_e2e_request_latency_seconds_bucket",
+                                 {**pod, "le": le, "exported_tenant": "x"}, per))
+            inputs.append(series("vllm:e2e_request_latency_seconds_bucket",
+                                 {**pod, "le": le, "engine": "0", "model_name": "m"}, per))
+        inputs.append(series("vllm:request_success_total",
+                             {**pod, "engine": "0", "model_name": "m",
+                              "finished_reason": "length"}, 15))
+        inputs.append(series("vllm:num_requests_running",
+                             {**pod, "engine": "0", "model_name": "m"}, 0))
+    inputs.append(series("vllm:e2e_request_latency_seconds_bucket",
+                         {**b0, "le": "+Inf", "engine": "0", "model_name": "m"}, 30))
+    inputs.append(series("vllm:request_success_total",
+                         {**b0, "engine": "0", "model_name": "m",
+                          "finished_reason": "stop"}, 30))
+    plan = build_queries([60], namespaces=["a", "b", *PROMTOOL_SCOPES])
+    q = {x.name: x.expr for x in plan.queries}
+
+    def sample(labels: dict[str, str], value: float) -> dict[str, Any]:
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return {"labels": "{" + body + "}", "value": value}
+
+    a, b = {"namespace": "a", "service": "s"}, {"namespace": "b", "service": "t"}
+    w = {"window": "60s"}
+    e2e = [sample({**a, **w, "source": src, "le": le}, 2 * per)
+           for src in ("gateway", "engine") for le, per in (("0.5", 1), ("1.0", 2), ("+Inf", 3))]
+    e2e.append(sample({**b, **w, "source": "engine", "le": "+Inf"}, 2))
+    tests = {"fuzzy_compare": True, "tests": [{
+        "interval": "15s",
+        "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": q["e2e"], "eval_time": "8m", "exp_samples": e2e},
+            {"expr": q["throughput"], "eval_time": "8m", "exp_samples": [
+                sample({**a, **w, "signal": "requests"}, 2),
+                sample({**b, **w, "signal": "requests"}, 2)]},
+            {"expr": q["running"], "eval_time": "8m", "exp_samples": [
+                sample({**a, "stat": "sum"}, 0), sample({**a, "stat": "pods"}, 2),
+                sample({**a, "stat": "newest"}, 480)]},
+        ],
+    }]}
+    run_promtool(tmp_path, ["test", "rules"], tests, "test.yaml")
