@@ -95,8 +95,6 @@ class Snapshot:
         default_factory=dict)
     # The cluster's GPU price list (ConfigMap data by ConfigMap name), None: defaults.
     prices: Mapping[str, Mapping[str, str]] | None = None
-    # Values derived once per snapshot (e.g. GPU pools from the nodes) by their users.
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The SLOPolicy body, or None when it does not exist."""

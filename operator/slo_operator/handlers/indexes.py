@@ -2,7 +2,9 @@
 
 Every handler and the periodic pass read these in-memory views (kept current by kopf's
 watches), so a pass over unchanged services sends the API server no GETs and no LISTs.
-kopf fills every index from its initial listing before it calls any handler.
+kopf fills every index from its initial listing before it calls any handler; the
+functions' names are ``reconcile.caches.INDEX_NAMES``, and ``reconcile.caches.snapshot``
+reads them into one :class:`Snapshot`.
 """
 
 from __future__ import annotations
@@ -20,16 +22,13 @@ from slo_operator.adapters.kube import (
     owner_key,
     pod_obs,
     price_data,
-    service_deployments,
 )
-from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs, Snapshot
+from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.control.prices import PRICES_LABEL
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
-INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index",
-               "price_index")
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,30 +66,3 @@ def node_index(body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
 @kopf.index("", "v1", "configmaps", labels={PRICES_LABEL: "true"})
 def price_index(body: kopf.Body, **_: Any) -> dict[str, tuple[str, dict[str, str]]]:
     return {"prices": price_data(body)}
-
-
-def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
-    return {k: next(iter(store)) for k, store in index.items() if len(store)}
-
-
-def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
-    """One consistent, detached read of the caches (handler kwargs or the stored indexes)."""
-    variants: dict[ObjKey, dict[str, DeploymentObs]] = {}
-    for key, store in indexes["deployment_index"].items():
-        for obs in store:
-            variants.setdefault(key, {})[obs.variant] = obs
-    prices = dict(indexes["price_index"].get("prices", ()))
-    return Snapshot(
-        services=_one(indexes["service_index"]),
-        policies=_one(indexes["policy_index"]),
-        deployments=service_deployments(variants),
-        variant_deployments=variants,
-        prices=prices or None,
-        pods={k: tuple(store) for k, store in indexes["pod_index"].items()},
-        nodes=tuple(indexes["node_index"].get("nodes", ())),
-    )
-
-
-def pick_indexes(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The index objects among a handler's kwargs (live views, safe to keep)."""
-    return {name: kwargs[name] for name in INDEX_NAMES}

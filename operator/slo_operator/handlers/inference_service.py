@@ -3,65 +3,28 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from slo_operator.adapters.kube import owner_key
-from slo_operator.api.cluster import Snapshot
 from slo_operator.api.models import GROUP, VERSION
-from slo_operator.handlers.indexes import snapshot
 from slo_operator.handlers.setup import context
-from slo_operator.monitoring.operator_metrics import METRICS
-from slo_operator.reconcile.service import Outcome, reconcile_service
-from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.reconcile.caches import snapshot
+from slo_operator.reconcile.refresh import Reconciler, refresh
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, "inferenceservices")
-KIND = "InferenceService"
-
-
-async def refresh(body: Mapping[str, Any], memo: kopf.Memo, snap: Snapshot,
-                  update: SLOUpdate | None = None) -> Outcome:
-    """Reconcile one service under its lock; never raises for spec or dependency problems."""
-    ctx = context(memo)
-    meta = body["metadata"]
-    ctx.ready.set()
-    async with ctx.lock(meta["namespace"], meta["name"]):
-        # Start from the status this operator last wrote when the cache has not caught up
-        # yet, so concurrent triggers never report the same transition twice.
-        latest = ctx.statuses.latest(body)
-        start = time.monotonic()
-        try:
-            outcome = await reconcile_service(
-                ctx.kube, latest, snap, datetime.now(UTC), ctx.settings, ctx.applied, update
-            )
-        except Exception as e:
-            METRICS.reconciles.labels(KIND, "error").inc()
-            METRICS.errors.labels(KIND, type(e).__name__).inc()
-            raise
-        finally:
-            METRICS.reconcile_duration.labels(KIND).observe(time.monotonic() - start)
-        METRICS.reconciles.labels(KIND, "ok").inc()
-        for ev in outcome.events:
-            if ev.type == "Warning":
-                METRICS.errors.labels(KIND, ev.reason).inc()
-        ctx.statuses.remember(latest, outcome.status)
-    if outcome.applied:
-        log.info("Applied for InferenceService %s/%s: %s", meta["namespace"], meta["name"],
-                 ", ".join(outcome.applied))
-    return outcome
 
 
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    outcome = await refresh(dict(body), memo, snapshot(kwargs))
+    ctx = context(memo)
+    ctx.ready.set()  # kopf calls handlers only once the indexes are filled
+    outcome = await refresh(Reconciler.of(ctx), dict(body), snapshot(kwargs))
     if outcome.permanent_error:
         # Invalid specs wait for a spec change; retrying would only crash-loop.
         raise kopf.PermanentError(outcome.permanent_error)
@@ -74,14 +37,15 @@ async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
 async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **kwargs: Any) -> None:
     """Owned objects changed (pods scheduled, replicas ready): refresh the owner's status
     from the caches (no GET of the owner)."""
+    ctx = context(memo)
+    ctx.ready.set()
     if type is None:
-        context(memo).ready.set()
         return  # the initial listing; resume handlers cover it
     key = owner_key(body)
     snap = snapshot(kwargs)
     svc = snap.services.get(key) if key else None
     if svc is not None:
-        await refresh(svc, memo, snap)
+        await refresh(Reconciler.of(ctx), svc, snap)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

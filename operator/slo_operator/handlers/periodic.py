@@ -11,20 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from slo_operator.api.observe import ServiceKey
-from slo_operator.handlers.indexes import pick_indexes, snapshot
-from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
 from slo_operator.monitoring.operator_metrics import METRICS
-from slo_operator.reconcile.loop import observe_and_decide
+from slo_operator.reconcile.caches import pick_indexes, snapshot
 from slo_operator.reconcile.policy_binding import reconcile_policy
+from slo_operator.reconcile.refresh import Reconciler, refresh_services
 
 log = logging.getLogger(__name__)
 
@@ -34,54 +29,20 @@ async def run_pass(memo: kopf.Memo) -> int:
     all services at once (Prometheus), decide, arbitrate, then apply what changed.
     Returns how many objects it applied or patched (0 for a pass over unchanged services)."""
     ctx = context(memo)
+    r = Reconciler.of(ctx)
     snap = snapshot(memo.slo_indexes)
-    # The loop decides from the newest status (its own memory included), even when the
-    # watch cache has not yet delivered what the previous pass wrote.
-    snap = replace(snap, services={k: ctx.statuses.latest(v) for k, v in snap.services.items()})
-    now = datetime.now(UTC)
-    updates = {}
-    writes = 0
-    if ctx.metrics is not None:
-        try:
-            updates = await observe_and_decide(ctx.metrics, snap, now)
-        except Exception:  # a bug in one pass's decisions must not stop reconciling
-            log.exception("Failed the SLO decisions of a pass; services hold")
-    pending = 0
-    for svc in snap.services.values():
-        meta = svc["metadata"]
-        key = ServiceKey(meta["namespace"], meta["name"])
-        update = updates.get(key)
-        try:
-            outcome = await refresh(svc, memo, snap, update)
-        except Exception:  # one service's failure must not stop the others
-            pending += 1
-            log.exception("Failed to reconcile InferenceService %s/%s",
-                          meta["namespace"], meta["name"])
-            continue
-        writes += len(outcome.applied)
-        pending += bool(outcome.retry_after or outcome.permanent_error)
-        if update is not None:
-            direction = decision_direction(svc.get("status") or {}, outcome.status)
-            METRICS.decisions.labels(direction, update.reason).inc()
+    done = await refresh_services(r, snap)
+    now = r.clock()
+    # Policies aggregate their services' SLO state from the statuses just written.
+    services = [ctx.statuses.latest(svc) for svc in snap.services.values()]
     for pol in snap.policies.values():
         start = time.monotonic()
-        await reconcile_policy(ctx.kube, pol, now, snap.services.values())
+        await reconcile_policy(ctx.kube, pol, now, services)
         METRICS.reconciles.labels("SLOPolicy", "ok").inc()
         METRICS.reconcile_duration.labels("SLOPolicy").observe(time.monotonic() - start)
     METRICS.managed.set(len(snap.services))
-    METRICS.pending.set(pending)
-    return writes
-
-
-def decision_direction(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    """What an applied decision did: scale_up, scale_down, batch_up, batch_down or hold."""
-    before, after = old.get("desiredReplicas"), new.get("desiredReplicas")
-    if isinstance(before, int) and isinstance(after, int) and after != before:
-        return "scale_up" if after > before else "scale_down"
-    before, after = old.get("batchLimit"), new.get("batchLimit")
-    if isinstance(before, int) and isinstance(after, int) and after != before:
-        return "batch_up" if after > before else "batch_down"
-    return "hold"
+    METRICS.pending.set(done.pending)
+    return done.writes
 
 
 async def _loop(memo: kopf.Memo) -> None:

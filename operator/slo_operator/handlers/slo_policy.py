@@ -1,18 +1,15 @@
-"""kopf handlers for SLOPolicy: validate, bind, and re-plan the services bound to it."""
+"""kopf handlers for SLOPolicy: validate, bind, and act on the services bound to it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from slo_operator.api.models import GROUP, VERSION
-from slo_operator.handlers.indexes import snapshot
-from slo_operator.handlers.inference_service import refresh
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.policy_binding import bound_to, reconcile_policy
+from slo_operator.reconcile.caches import snapshot
+from slo_operator.reconcile.refresh import Reconciler, policy_changed, policy_removed
 
 RESOURCE = (GROUP, VERSION, "slopolicies")
 
@@ -20,24 +17,20 @@ RESOURCE = (GROUP, VERSION, "slopolicies")
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-async def on_policy(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    context(memo).ready.set()  # kopf calls handlers only once the indexes are filled
-    snap = snapshot(kwargs)
-    # The cache may not hold this very revision yet: the handler's body is the newest.
-    key = (body["metadata"]["namespace"], body["metadata"]["name"])
-    snap = replace(snap, policies={**snap.policies, key: dict(body)})
-    bound = await reconcile_policy(context(memo).kube, dict(body), datetime.now(UTC),
-                                   snap.services.values())
-    for svc in bound:
-        await refresh(svc, memo, snap)
+async def on_policy(body: kopf.Body, memo: kopf.Memo, reason: str | None = None,
+                    **kwargs: Any) -> None:
+    """A new or edited policy decides for its bound services at once; on resume (an
+    operator restart resumes every policy) they are only refreshed, and the periodic pass
+    decides, so a restart does not query Prometheus once per policy."""
+    ctx = context(memo)
+    ctx.ready.set()  # kopf calls handlers only once the indexes are filled
+    await policy_changed(Reconciler.of(ctx), dict(body), snapshot(kwargs),
+                         decide=reason != kopf.Reason.RESUME)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)
 async def on_policy_deleted(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     """Services bound to a deleted policy keep running and say that their policy is gone."""
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    snap = snapshot(kwargs)
-    snap = replace(snap, policies={k: v for k, v in snap.policies.items()
-                                   if k != (namespace, name)})
-    for svc in bound_to(namespace, name, snap.services.values()):
-        await refresh(svc, memo, snap)
+    meta = body["metadata"]
+    await policy_removed(Reconciler.of(context(memo)), meta["namespace"], meta["name"],
+                         snapshot(kwargs))

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slo_operator.api.cluster import PodObs
-from slo_operator.reconcile.ports import KubeWriter
-from slo_operator.render.objects import live_limit_patch
+from slo_operator.reconcile.actions import PatchPodLimit
 
 
 def pods_off_limit(pods: Sequence[PodObs], limit: int) -> list[str]:
@@ -20,11 +19,7 @@ def pods_off_limit(pods: Sequence[PodObs], limit: int) -> list[str]:
                   and p.inflight_limit != limit)
 
 
-def apply_live_limit(
-    kube: KubeWriter, namespace: str, pods: Sequence[PodObs], limit: int
-) -> list[str]:
-    """Patch the live-limit annotation on the pods that differ; returns their names."""
-    names = pods_off_limit(pods, limit)
-    for name in names:
-        kube.patch_pod(namespace, name, live_limit_patch(limit))
-    return names
+def live_limit_patches(namespace: str, pods: Sequence[PodObs], limit: int
+                       ) -> list[PatchPodLimit]:
+    """One annotation patch per pod that differs from ``limit`` (pure)."""
+    return [PatchPodLimit(namespace, name, limit) for name in pods_off_limit(pods, limit)]

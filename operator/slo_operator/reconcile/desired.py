@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from slo_operator.api import conditions as C
-from slo_operator.api.cluster import NodeInfo, Snapshot
+from slo_operator.api.cluster import NodeInfo
 from slo_operator.api.models import (
     HardwareStatus,
     InferenceServiceSpec,
@@ -19,7 +19,7 @@ from slo_operator.api.models import (
 )
 from slo_operator.control import replica_bounds
 from slo_operator.control.placement import VariantOption, rank, slo_rate
-from slo_operator.control.prices import DEFAULT_PRICES, PriceList, parse_prices
+from slo_operator.control.prices import DEFAULT_PRICES, PriceList
 from slo_operator.engine import (
     BatchBounds,
     EngineError,
@@ -31,7 +31,6 @@ from slo_operator.engine import (
 )
 from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
 from slo_operator.hardware import HardwareResolution, classify_node_pools, resolve_product
-from slo_operator.render.names import label_value
 from slo_operator.render.objects import RenderInput
 
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
@@ -54,7 +53,8 @@ class Pool:
         return hw.product if hw else "unknown"
 
 
-def _int(value: str | None) -> int:
+def as_int(value: str | None) -> int:
+    """A quantity label or allocatable count as an int; 0 when absent or not a number."""
     try:
         return int(str(value))
     except (TypeError, ValueError):
@@ -78,14 +78,14 @@ def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
         assert res.hardware is not None
         resource = res.hardware.resource_name
         shared = f"{resource}.shared"
-        if res.shared and not any(_int(n.allocatable.get(resource)) for n in members) and any(
-            _int(n.allocatable.get(shared)) for n in members
+        if res.shared and not any(as_int(n.allocatable.get(resource)) for n in members) and any(
+            as_int(n.allocatable.get(shared)) for n in members
         ):
             # Time-slicing with renameByDefault advertises <resource>.shared instead
             # (NVIDIA GPU Operator, gpu-sharing docs).
             res = replace(res, hardware=replace(res.hardware, resource_name=shared))
             resource = shared
-        per_node = [_int(n.allocatable.get(resource)) or res.gpus_per_node for n in members]
+        per_node = [as_int(n.allocatable.get(resource)) or res.gpus_per_node for n in members]
         pools.append(
             Pool(
                 resolution=res,
@@ -97,106 +97,14 @@ def discover_pools(nodes: Sequence[NodeInfo]) -> list[Pool]:
     return sorted(pools, key=lambda p: (p.product, p.nodes))
 
 
-def snapshot_pools(snap: Snapshot) -> list[Pool]:
-    """The snapshot's GPU pools, classified once per snapshot (a pass reuses them for
-    every service instead of classifying every node per service)."""
-    pools = snap.memo.get("pools")
-    if pools is None:
-        pools = snap.memo["pools"] = discover_pools(snap.nodes)
-    return list(pools)
-
-
-def node_free(snap: Snapshot) -> dict[tuple[str, str], int]:
-    """Free GPUs per (node, GPU resource): allocatable minus what the operated services'
-    scheduled pods on that node ask for; once per snapshot. The reconciler takes what it
-    places out of this count (``claim``), so services reconciled from one snapshot do not
-    all claim the same GPUs."""
-    free = snap.memo.get("node_free")
-    if free is None:
-        free = {}
-        for node in snap.nodes:
-            if not node.schedulable:
-                continue
-            for res, qty in node.allocatable.items():
-                n = _int(qty)
-                if n and "/" in res:
-                    free[(node.name, res)] = n
-        for pods in snap.pods.values():
-            for p in pods:
-                if p.node and p.gpu_resource and not p.unschedulable:
-                    key = (p.node, p.gpu_resource)
-                    free[key] = free.get(key, 0) - max(1, p.gpus)
-        snap.memo["node_free"] = free
-    return free
-
-
-def _pool_nodes(pool: Pool, nodes: Sequence[NodeInfo],
-                selector: Mapping[str, str]) -> list[str]:
+def pool_nodes(pool: Pool, nodes: Sequence[NodeInfo],
+               selector: Mapping[str, str]) -> list[str]:
+    """The pool's nodes that ``selector`` (the service's own node selector) allows."""
     if not selector:
         return list(pool.nodes)
     labels = {n.name: n.labels for n in nodes}
     return [n for n in pool.nodes
             if all(labels.get(n, {}).get(k) == v for k, v in selector.items())]
-
-
-def pool_room(snap: Snapshot, pool: Pool, selector: Mapping[str, str], gpus: int) -> int:
-    """Replicas of ``gpus`` GPUs each that fit on the pool's free GPUs now (a replica's
-    GPUs are on one node), on the nodes ``selector`` allows."""
-    hw = pool.resolution.hardware
-    if hw is None:
-        return 0
-    free = node_free(snap)
-    return sum(max(0, free.get((n, hw.resource_name), 0)) // max(1, gpus)
-               for n in _pool_nodes(pool, snap.nodes, selector))
-
-
-def claim(snap: Snapshot, pool: Pool, selector: Mapping[str, str], gpus: int,
-          replicas: int) -> None:
-    """Take ``replicas`` replicas' GPUs out of the snapshot's free count, node by node."""
-    hw = pool.resolution.hardware
-    if hw is None or replicas <= 0:
-        return
-    free = node_free(snap)
-    for n in _pool_nodes(pool, snap.nodes, selector):
-        key = (n, hw.resource_name)
-        while replicas > 0 and free.get(key, 0) >= max(1, gpus):
-            free[key] -= max(1, gpus)
-            replicas -= 1
-
-
-def free_gpus(snap: Snapshot) -> dict[str, int]:
-    """Free GPUs per pool, keyed by its GPU-product label value (the fleet step's view)."""
-    free = node_free(snap)
-    out: dict[str, int] = {}
-    for pool in snapshot_pools(snap):
-        hw = pool.resolution.hardware
-        if hw is None:
-            continue
-        key = label_value(pool.product)
-        out[key] = out.get(key, 0) + sum(max(0, free.get((n, hw.resource_name), 0))
-                                         for n in pool.nodes)
-    return out
-
-
-def snapshot_prices(snap: Snapshot) -> PriceList:
-    """The cluster's price list: the labelled ConfigMaps' data over the defaults (more than
-    one: later names win, and the conflict is reported)."""
-    if not snap.prices:
-        return DEFAULT_PRICES
-    cached = snap.memo.get("prices")
-    if cached is None:
-        names = sorted(snap.prices)
-        merged: dict[str, str] = {}
-        for name in names:
-            merged.update(snap.prices[name])
-        cached = parse_prices(merged, ", ".join(f"ConfigMap {n}" for n in names))
-        if len(names) > 1:
-            cached = replace(cached, problems=(
-                *cached.problems,
-                f"{len(names)} ConfigMaps carry the price label: {', '.join(names)}; "
-                "later names win"))
-        snap.memo["prices"] = cached
-    return cached
 
 
 def pool_from_product(name: str) -> Pool | None:
@@ -229,7 +137,7 @@ def product_matches(wanted: str, resolved: HardwareResolution, pool: Pool) -> bo
 def _matches_selector(pool: Pool, nodes: Sequence[NodeInfo], selector: Mapping[str, str]) -> bool:
     if not selector or not pool.nodes:
         return True  # a preview pool (render --gpu-product) has no nodes to check
-    return bool(_pool_nodes(pool, nodes, selector))
+    return bool(pool_nodes(pool, nodes, selector))
 
 
 @dataclass(frozen=True)

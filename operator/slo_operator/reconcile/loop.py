@@ -1,19 +1,25 @@
-"""The SLO loop's pass over all services: observe -> decide -> arbitrate -> updates.
+"""The SLO loop's pass over services: observe -> decide -> arbitrate -> updates.
 
 Pure apart from the one awaited call to the metrics source: the pass builds one fixed
-set of PromQL queries for every service (``slo.promql``, at most 10 per pass whatever
-the number of services), hands the results to ``slo.signals``, runs ``control.decide``
-per service and ``control.arbitrate`` across services for scarce GPUs, and returns one
-:class:`SLOUpdate` per service. ``reconcile_service_sync`` then applies each update:
-replicas through the Deployment (server-side apply of a changed object only), the live
-limit through pod annotations, status and Events only on change.
+set of PromQL queries for every service (``slo.promql.build_queries``: exactly 8, one per
+signal in ``QUERY_NAMES``, whatever the number of services), hands the results to
+``slo.signals``, runs ``control.decide`` per service and ``control.arbitrate`` across
+services for scarce GPUs, and returns one :class:`SLOUpdate` per service. Each service's
+engine facts (precision, batch ceiling, chunked-prefill budget, GPUs per replica) come
+from its plan (``desired.plan_service`` on the pass's :class:`Fleet`), the same plan the
+reconciler applies. ``reconcile_service_sync`` then applies each update: replicas through
+the Deployment (server-side apply of a changed object only), the live limit through pod
+annotations, status and Events only on change.
+
+The periodic pass runs it for every service; an SLOPolicy edit runs it for the services
+bound to that policy (``only``), so a new objective acts at once rather than a period later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,7 +44,15 @@ from slo_operator.control import (
     decide,
     policy_for,
 )
-from slo_operator.reconcile.desired import free_gpus, initial_replicas
+from slo_operator.reconcile.desired import (
+    Problem,
+    ServicePlan,
+    engine_precision,
+    initial_replicas,
+    plan_service,
+)
+from slo_operator.reconcile.gpu_inventory import Fleet, survey
+from slo_operator.reconcile.planner import Settings
 from slo_operator.reconcile.status import (
     SLOUpdate,
     metrics_condition,
@@ -68,13 +82,21 @@ class ServiceInput:
     status: InferenceServiceStatus
     deployment: DeploymentObs | None
     pods: Sequence[PodObs]
+    plan: ServicePlan  # its engine and pools as the reconciler plans them now
 
 
-def inputs(snap: Snapshot) -> list[ServiceInput]:
-    """Services with a valid spec, a bound policy and a planned Deployment (pure);
-    the others are the reconciler's business and keep their conditions."""
+def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None = None,
+           only: Collection[ServiceKey] | None = None) -> list[ServiceInput]:
+    """Services with a valid spec, a bound policy, a planned Deployment and a plan on the
+    fleet now (pure); the others are the reconciler's business and keep their conditions.
+    ``only``: just these services (None: all)."""
+    settings = settings if settings is not None else Settings()
+    fleet = fleet if fleet is not None else survey(snap)
     out = []
     for (ns, name), body in sorted(snap.services.items()):
+        key = ServiceKey(ns, name)
+        if only is not None and key not in only:
+            continue
         try:
             spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
             status = InferenceServiceStatus.model_validate(body.get("status") or {})
@@ -87,8 +109,17 @@ def inputs(snap: Snapshot) -> list[ServiceInput]:
             continue
         if status.desired_replicas is None or status.hardware is None:
             continue  # not planned yet
-        out.append(ServiceInput(ServiceKey(ns, name), spec, policy, status,
-                                snap.deployment(ns, name), snap.pods_of(ns, name)))
+        plan = plan_service(
+            name=name, namespace=ns, uid=str(body["metadata"].get("uid", "")), spec=spec,
+            policy=policy, policy_name=ref or "", pools=fleet.pools, nodes=snap.nodes,
+            replicas=status.desired_replicas, restart_limit=status.batch_limit,
+            runtime_image=settings.runtime_image, profiles=settings.profiles,
+            prices=fleet.prices,
+        )
+        if isinstance(plan, Problem):
+            continue  # the reconciler reports it; an update would not be applied
+        out.append(ServiceInput(key, spec, policy, status, snap.deployment(ns, name),
+                                snap.pods_of(ns, name), plan))
     return out
 
 
@@ -108,21 +139,17 @@ def replica_counts(desired: int, pods: Sequence[PodObs], now: float) -> ReplicaC
                          starting=len(starting), pending=len(pending))
 
 
-def _flag(args: Sequence[str], flag: str) -> int | None:
-    try:
-        return int(args[list(args).index(flag) + 1])
-    except (ValueError, IndexError):
-        return None
-
-
 def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
-    """The control law's view of one service."""
-    hw = s.status.hardware
-    ceiling = _flag(s.status.engine_args, "--max-num-seqs") or s.policy.batching.max_batch
+    """The control law's view of one service; engine facts from the primary variant's
+    engine plan (weights precision from its dtype and quantization, the batch ceiling
+    ``--max-num-seqs``, the chunked-prefill budget ``--max-num-batched-tokens``)."""
+    eng = s.plan.engine
+    hw = s.plan.pool.resolution.hardware
+    ceiling = eng.max_num_seqs
+    # Under restarts the engine's ceiling is the limit now baked in; the law may move it
+    # up to the policy's maxBatch (by another restart).
     max_batch = max(ceiling, s.policy.batching.max_batch) if s.policy.batching.mode == (
         "restart") else ceiling
-    precision = "fp8" if hw is not None and hw.fp8 else (
-        "fp16" if "float16" in s.status.engine_args else "bf16")
     return Observation(
         key=s.key,
         now=now,
@@ -130,10 +157,10 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
         replicas=replica_counts(s.status.desired_replicas or 0, s.pods, now),
         batch_limit=s.status.batch_limit or ceiling,
         max_batch=max_batch,
-        hardware=(hw.product or "") if hw else "",
-        precision=precision,
-        gpus_per_replica=(hw.gpus_per_replica or 1) if hw else 1,
-        max_num_batched_tokens=_flag(s.status.engine_args, "--max-num-batched-tokens"),
+        hardware=hw.product if hw is not None else "",
+        precision=engine_precision(eng),
+        gpus_per_replica=eng.tensor_parallel_size,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
         model_size_b=s.spec.model.size_billions,
     )
 
@@ -148,10 +175,10 @@ def _pool_key(s: ServiceInput) -> str:
     return label_value(hw.product) if hw is not None and hw.product else ""
 
 
-def _free_gpus(snap: Snapshot, services: Sequence[ServiceInput]) -> dict[str, int]:
-    """Free GPUs per pool (product) from the watch caches, and per set of pools that a
+def free_by_pool(fleet: Fleet, services: Sequence[ServiceInput]) -> dict[str, int]:
+    """Free GPUs per pool (product) from the fleet's ledger, and per set of pools that a
     multi-variant service competes in (the sum of its pools' free GPUs)."""
-    free = free_gpus(snap)
+    free = fleet.gpus.by_product(fleet.pools)
     for s in services:
         key = _pool_key(s)
         if "|" in key and key not in free:
@@ -163,10 +190,11 @@ def decide_all(
     services: Sequence[ServiceInput],
     plan: QueryPlan,
     results: Mapping[str, Any],
-    snap: Snapshot,
+    free: Mapping[str, int],
     now: datetime,
 ) -> dict[ServiceKey, SLOUpdate]:
-    """Every service's update for this pass (pure: results and ``now`` passed in)."""
+    """Every service's update for this pass (pure: results, free GPUs per pool and
+    ``now`` passed in)."""
     ts = now.timestamp()
     # Series carry the service *label* (cut with a hash past 63 characters), not the name.
     by_label = {ServiceKey(s.key.namespace, service_label(s.key.name)): s for s in services}
@@ -192,7 +220,7 @@ def decide_all(
             pool=_pool_key(s), min_replicas=lo,
         ))
     budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
-    grants = arbitrate(requests, _free_gpus(snap, services), budgets)
+    grants = arbitrate(requests, free, budgets)
     return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now)
             for s in services}
 
@@ -235,13 +263,26 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
 
 
 async def observe_and_decide(
-    metrics: MetricsSource, snap: Snapshot, now: datetime
+    metrics: MetricsSource,
+    snap: Snapshot,
+    now: datetime,
+    settings: Settings | None = None,
+    only: Collection[ServiceKey] | None = None,
+    fleet: Fleet | None = None,
 ) -> dict[ServiceKey, SLOUpdate]:
-    """One pass's queries (a fixed handful for all services) and every service's update."""
-    services = inputs(snap)
+    """One pass's queries (the fixed 8 for all services) and every service's update.
+
+    ``only``: decide just for these services (an SLOPolicy edit's bound services); GPUs
+    are then arbitrated among them alone, out of what the snapshot shows free.
+    ``fleet``: the snapshot's survey when the caller has one (it is read, not claimed).
+    """
+    fleet = fleet if fleet is not None else survey(snap)
+    # Planning every service's engine is CPU work too: off the event loop as well.
+    services = await asyncio.to_thread(inputs, snap, settings, fleet, only)
     if not services:
         return {}
     plan = query_plan(services)
     results = await metrics.run({q.name: q.expr for q in plan.queries}, now.timestamp())
     # Parsing and deciding for many services is CPU work: keep it off the event loop.
-    return await asyncio.to_thread(decide_all, services, plan, results, snap, now)
+    return await asyncio.to_thread(decide_all, services, plan, results,
+                                   free_by_pool(fleet, services), now)

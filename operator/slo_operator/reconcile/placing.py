@@ -1,10 +1,10 @@
-"""Place one service's replicas on its variants (one Deployment per GPU pool).
+"""Place one service's replicas on its variants (one Deployment per GPU pool); pure.
 
-Pure apart from ``retire_variants``, which deletes through the ``KubeWriter`` protocol.
 The reconciler gives the total replicas; ``control.placement.place`` splits them using
-what the watch caches say: free GPUs per pool, each variant's scheduled, Ready and Pending
-pods. The GPUs placed are taken out of the snapshot's free count so that the next service
-reconciled from the same snapshot does not claim them too.
+what the watch caches say: free GPUs per pool (the pass's :class:`GpuLedger`), each
+variant's scheduled, Ready and Pending pods. The GPUs placed are taken out of the ledger
+that ``place_variants`` returns, so that the next service the caller plans with it does
+not claim them too. Retiring a variant is planned as :class:`Delete` actions.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slo_operator.api import conditions as C
-from slo_operator.api.cluster import ApiRejected, DeploymentObs, PodObs, Snapshot
+from slo_operator.api.cluster import DeploymentObs, PodObs, Snapshot
 from slo_operator.api.models import VariantStatus
 from slo_operator.control.placement import Placement, VariantOption, place
-from slo_operator.reconcile.desired import ServicePlan, claim, engine_precision, pool_room
-from slo_operator.reconcile.ports import KubeWriter
+from slo_operator.reconcile.actions import Delete
+from slo_operator.reconcile.desired import ServicePlan, engine_precision
+from slo_operator.reconcile.gpu_inventory import GpuLedger
 from slo_operator.reconcile.status import EventSpec
 from slo_operator.render.objects import RenderInput, variant_name
 
@@ -30,9 +31,9 @@ def _gpu_pending(p: PodObs) -> bool:
 
 
 def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
-            selector: Mapping[str, str]) -> list[VariantOption]:
-    """Each variant's placement facts from the watch caches (``selector``: the service's
-    own node selector, which narrows each pool)."""
+            selector: Mapping[str, str], gpus: GpuLedger) -> list[VariantOption]:
+    """Each variant's placement facts from the watch caches and the GPUs still free
+    (``selector``: the service's own node selector, which narrows each pool)."""
     deps = snap.variants(namespace, name)
     pods = snap.pods_of(namespace, name)
     out = []
@@ -42,7 +43,7 @@ def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
         dep = deps.get(vid)
         out.append(replace(
             v.option,
-            free_gpus=pool_room(snap, v.pool, selector, v.option.gpus_per_replica)
+            free_gpus=gpus.room(v.pool, snap.nodes, selector, v.option.gpus_per_replica)
             * v.option.gpus_per_replica,
             current=(dep.spec_replicas or 0) if dep else 0,
             scheduled=sum(1 for p in mine if not p.unschedulable),
@@ -52,13 +53,15 @@ def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
     return out
 
 
-def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
-                   replicas: int) -> tuple[Placement, list[RenderInput], list[VariantOption]]:
+def place_variants(
+    plan: ServicePlan, snap: Snapshot, namespace: str, name: str, replicas: int,
+    gpus: GpuLedger,
+) -> tuple[Placement, list[RenderInput], list[VariantOption], GpuLedger]:
     """The placement, the render input of every variant to apply (those with replicas and
-    those whose Deployment exists, which may have to shrink to zero) and the variants'
-    placement facts it was made from."""
+    those whose Deployment exists, which may have to shrink to zero), the variants'
+    placement facts it was made from, and the ledger with the new replicas' GPUs taken."""
     selector = plan.render.node_selector
-    opts = options(plan, snap, namespace, name, selector)
+    opts = options(plan, snap, namespace, name, selector, gpus)
     placed = place(replicas, opts)
     existing = snap.variants(namespace, name)
     renders = []
@@ -67,13 +70,14 @@ def place_variants(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
         if n or o.variant in existing:
             renders.append(replace(v.render, replicas=n))
         if not o.pending:
-            claim(snap, v.pool, selector, o.gpus_per_replica, n - o.scheduled)
-    return placed, renders, opts
+            gpus = gpus.claim(v.pool, snap.nodes, selector, o.gpus_per_replica,
+                              n - o.scheduled)
+    return placed, renders, opts, gpus
 
 
-def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
-                    plan: ServicePlan, placed: Placement) -> list[str]:
-    """Delete the Deployments of variants no pool offers any more (a pool removed, or a
+def retire_variants(snap: Snapshot, namespace: str, name: str, plan: ServicePlan,
+                    placed: Placement) -> list[Delete]:
+    """Deletes of the Deployments of variants no pool offers any more (a pool removed, or a
     Deployment of a release without variants), once the variants that stay have as many
     Ready replicas as the service asks for: capacity never drops for the clean-up."""
     keep = {v.option.variant for v in plan.variants}
@@ -85,15 +89,9 @@ def retire_variants(kube: KubeWriter, snap: Snapshot, namespace: str, name: str,
     wanted = sum(placed.replicas.values())
     if wanted and ready < wanted:
         return []
-    gone = []
-    for vid, dep in sorted(stale.items()):
-        obj_name = dep.name or variant_name(name, vid)
-        try:
-            kube.delete("Deployment", namespace, obj_name)
-        except ApiRejected:
-            continue  # retried next pass; the variant keeps serving meanwhile
-        gone.append(f"Deployment/{obj_name} deleted")
-    return gone
+    # A refused delete is retried next pass; the variant keeps serving meanwhile.
+    return [Delete("Deployment", namespace, dep.name or variant_name(name, vid))
+            for vid, dep in sorted(stale.items())]
 
 
 def variant_status(plan: ServicePlan, placed: Placement, opts: Sequence[VariantOption],

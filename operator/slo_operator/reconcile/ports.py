@@ -2,7 +2,8 @@
 
 Reads come from a :class:`~slo_operator.api.cluster.Snapshot` (watch caches), so the
 protocol holds writes only; ``adapters.kube.Kube`` implements it against the API server
-and ``tests/unit/reconcile`` against an in-memory fake.
+and ``tests/operator/reconcile/fake.py`` against an in-memory fake. The planner reads the
+:class:`AppliedCache` through :class:`AppliedView` only; the executor records in it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class KubeWriter(Protocol):
         now: datetime,
     ) -> None:
         """Post one core/v1 Event on ``involved``."""
+
+
+class AppliedView(Protocol):
+    """What the planner reads of the :class:`AppliedCache` (nothing that changes it)."""
+
+    def fresh(self, obj: Mapping[str, Any], now: float) -> bool:
+        """True when ``obj`` equals what was applied lately."""
+
+    def backoff(self, obj: Mapping[str, Any], now: float) -> str | None:
+        """The API server's last refusal of this very object while its back-off runs."""
 
 
 def digest(obj: Mapping[str, Any]) -> str:

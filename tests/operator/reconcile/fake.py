@@ -23,6 +23,7 @@ class FakeKube:
     attempts: list[tuple[str, str]] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)  # kind -> the API server's message
     deletes: list[tuple[str, str, str]] = field(default_factory=list)
+    refuse_delete: dict[str, str] = field(default_factory=dict)  # kind -> message
 
     def apply(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
@@ -33,6 +34,8 @@ class FakeKube:
         self.applies.append((obj["kind"], meta["name"]))
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
+        if kind in self.refuse_delete:
+            raise ApiRejected(kind, name, 403, self.refuse_delete[kind])
         self.deletes.append((kind, namespace, name))
         self.objects.pop((kind, namespace, name), None)
 

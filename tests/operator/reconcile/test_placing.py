@@ -3,6 +3,7 @@ through reconcile_service_sync against the in-memory writer."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,14 +52,15 @@ def pods(variant: str, ready: int = 0, pending: int = 0, other: str = "") -> lis
     return out
 
 
-def snapshot(deps: dict[str, int], mine: list[PodObs], others: list[PodObs] = ()) -> Snapshot:
+def snapshot(deps: dict[str, int], mine: list[PodObs],
+             others: Sequence[PodObs] = ()) -> Snapshot:
     variants = {v: DeploymentObs(n, sum(p.ready for p in mine if p.variant == v), n, 1, 1,
                                  spec_replicas=n, name=f"chat-vllm-{v}" if v else "chat-vllm",
                                  variant=v) for v, n in deps.items()}
+    total = DeploymentObs.total(list(variants.values()))
     return Snapshot(
         policies={(NS, "gold"): make_policy(scaling={"minReplicas": 1, "maxReplicas": 16})},
-        deployments={(NS, "chat"): DeploymentObs.total(list(variants.values()))}
-        if variants else {},
+        deployments={(NS, "chat"): total} if total else {},
         variant_deployments={(NS, "chat"): variants},
         pods={(NS, "chat"): tuple(mine), (NS, "neighbour"): tuple(others)},
         nodes=NODES,
@@ -153,15 +155,22 @@ def test_the_fleet_step_pools_the_free_gpus_of_a_multi_variant_service() -> None
         VariantStatus,
     )
     from slo_operator.api.observe import ServiceKey
-    from slo_operator.reconcile.loop import ServiceInput, _free_gpus, _pool_key
+    from slo_operator.reconcile.desired import ServicePlan, plan_service
+    from slo_operator.reconcile.gpu_inventory import survey
+    from slo_operator.reconcile.loop import ServiceInput, _pool_key, free_by_pool
 
     snap = snapshot({}, [], pods(HV, ready=1, other="neighbour"))
+    fleet = survey(snap)
     spec = InferenceServiceSpec.model_validate(isvc()["spec"])
+    plan = plan_service(name="chat", namespace=NS, uid="uid-1", spec=spec,
+                        policy=SLOPolicySpec(), policy_name="gold", pools=fleet.pools,
+                        nodes=snap.nodes, replicas=1)
+    assert isinstance(plan, ServicePlan)
     multi = InferenceServiceStatus(variants=[
         VariantStatus(name=HV, product=PRODUCT[HV]), VariantStatus(name=AV, product=PRODUCT[AV])])
-    svc = ServiceInput(ServiceKey(NS, "chat"), spec, SLOPolicySpec(), multi, None, ())
+    svc = ServiceInput(ServiceKey(NS, "chat"), spec, SLOPolicySpec(), multi, None, (), plan)
     key = _pool_key(svc)
     assert key == "A100-SXM4-80GB|H100-SXM-80GB"
-    free = _free_gpus(snap, [svc])
+    free = free_by_pool(fleet, [svc])
     assert free["H100-SXM-80GB"] == 1 and free["A100-SXM4-80GB"] == 4
     assert free[key] == 5

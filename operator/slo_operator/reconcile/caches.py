@@ -1,0 +1,45 @@
+"""One consistent read of the watch caches (kopf indexes) as a :class:`Snapshot`.
+
+``handlers.indexes`` registers the indexes under the names in :data:`INDEX_NAMES`; every
+handler and the periodic pass build their snapshot here, below the handlers, so no handler
+module needs another one's helpers for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slo_operator.adapters.kube import service_deployments
+from slo_operator.api.cluster import DeploymentObs, ObjKey, Snapshot
+
+# The kopf index functions' names: kopf hands each index to handlers under its name.
+INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index",
+               "price_index")
+
+
+def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
+    return {k: next(iter(store)) for k, store in index.items() if len(store)}
+
+
+def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
+    """One consistent, detached read of the caches (handler kwargs or the stored indexes)."""
+    variants: dict[ObjKey, dict[str, DeploymentObs]] = {}
+    for key, store in indexes["deployment_index"].items():
+        for obs in store:
+            variants.setdefault(key, {})[obs.variant] = obs
+    prices = dict(indexes["price_index"].get("prices", ()))
+    return Snapshot(
+        services=_one(indexes["service_index"]),
+        policies=_one(indexes["policy_index"]),
+        deployments=service_deployments(variants),
+        variant_deployments=variants,
+        prices=prices or None,
+        pods={k: tuple(store) for k, store in indexes["pod_index"].items()},
+        nodes=tuple(indexes["node_index"].get("nodes", ())),
+    )
+
+
+def pick_indexes(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The index objects among a handler's kwargs (live views, safe to keep)."""
+    return {name: kwargs[name] for name in INDEX_NAMES}

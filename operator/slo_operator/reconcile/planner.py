@@ -1,0 +1,306 @@
+"""Plan one InferenceService's reconcile: observe, decide, and list the writes (pure).
+
+Every trigger (create, resume, spec change, owned-object change, the periodic pass) plans
+with this same function. It reads only a :class:`Snapshot` built from watch caches, the
+pass's :class:`Fleet` (free GPUs as a value), what was last applied (a read-only view of
+the ``AppliedCache``) and ``now``; it calls no client and reads no clock. It returns a
+:class:`ReconcilePlan`: the actions in the order they are to be made (server-side applies
+only for objects whose rendering changed, deletes of retired variants, the live limit
+only on pods that differ, the status only when it changed, Events only on transitions)
+and what the handler needs afterwards. ``executor.execute`` performs them.
+
+An apply the API server refuses stops the plan there: nothing after it is touched (the
+replicas that run keep serving), and the status and Events of :meth:`Refusal.report`
+replace the planned ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from slo_operator.api import conditions as C
+from slo_operator.api.cluster import Snapshot
+from slo_operator.api.conditions import Cond, merge_conditions, rfc3339, transitions
+from slo_operator.api.errors import field_problems, summarize
+from slo_operator.api.models import (
+    DecisionRecord,
+    InferenceServiceSpec,
+    InferenceServiceStatus,
+    dump,
+)
+from slo_operator.engine.profiles import NodeProfile
+from slo_operator.reconcile.actions import (
+    Action,
+    Apply,
+    ObjectRef,
+    PatchStatus,
+    PostEvent,
+)
+from slo_operator.reconcile.actuate import live_limit_patches
+from slo_operator.reconcile.desired import (
+    DEFAULT_RUNTIME_IMAGE,
+    Problem,
+    initial_replicas,
+    live_limit,
+    plan_service,
+)
+from slo_operator.reconcile.gpu_inventory import Fleet, survey
+from slo_operator.reconcile.placing import (
+    place_variants,
+    placement_event,
+    retire_variants,
+    variant_status,
+)
+from slo_operator.reconcile.ports import AppliedCache, AppliedView
+from slo_operator.reconcile.status import (
+    EventSpec,
+    SLOUpdate,
+    action_events,
+    append_decision,
+    choose_events,
+    hardware_condition,
+    policy_condition,
+    problem_conditions,
+    rollout_conditions,
+)
+from slo_operator.render.objects import LABEL_VARIANT, build_all
+
+# Seconds before a service that waits (a missing policy, an unplannable spec, a refused
+# object in its back-off) is reconciled again.
+RETRY_POLICY_S = 30.0
+RETRY_PROBLEM_S = 60.0
+RETRY_REFUSED_S = 30.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator-wide settings the reconciler needs."""
+
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    profiles: tuple[NodeProfile, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """A service's new status and the writes that report it: the status patch (only when
+    it changed), then the Events (actions first, then condition transitions)."""
+
+    status: dict[str, Any]
+    actions: tuple[Action, ...]
+
+
+def report(
+    body: Mapping[str, Any],
+    old: InferenceServiceStatus,
+    new: InferenceServiceStatus,
+    conds: Sequence[Cond],
+    now: datetime,
+    announce: Sequence[EventSpec] = (),
+) -> Report:
+    """The status with ``conds`` merged in, a status patch when it differs from ``old``,
+    and Events for ``announce`` (scale and batch-limit actions, placement) and for the
+    conditions that flipped."""
+    meta = body["metadata"]
+    final = new.model_copy(deep=True)
+    final.conditions = merge_conditions(old.conditions, conds, now, meta.get("generation"))
+    status = dump(final)
+    actions: list[Action] = []
+    if status != dump(old):
+        actions.append(PatchStatus("InferenceService", meta["namespace"], meta["name"], status))
+    ref = ObjectRef.of(body)
+    for ev in [*announce, *choose_events(transitions(old.conditions, final.conditions))]:
+        actions.append(PostEvent(ref, ev.type, ev.reason, ev.message, now))
+    return Report(status, tuple(actions))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What is reported when the API server refuses one of the plan's applies: the status
+    as planned up to the applies (hardware and engine settings included), with Ready False
+    for ``ApplyFailed`` and the server's own message."""
+
+    body: Mapping[str, Any]
+    old: InferenceServiceStatus
+    new: InferenceServiceStatus
+    conds: tuple[Cond, ...]
+    now: datetime
+
+    def report(self, message: str) -> Report:
+        return report(self.body, self.old, self.new,
+                      [*self.conds, Cond(C.READY, False, C.APPLY_FAILED, message)], self.now)
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    """One reconcile's writes in order, the status they leave, and what follows."""
+
+    actions: tuple[Action, ...]
+    status: Mapping[str, Any]
+    fleet: Fleet  # the pass's GPUs with this service's new replicas taken out
+    now: datetime
+    retry_after: float | None = None
+    permanent_error: str | None = None
+    # How to report an apply the API server refuses (None: the plan applies nothing).
+    refusal: Refusal | None = None
+
+
+def desired_replicas(status: InferenceServiceStatus, lo: int, hi: int) -> int:
+    """The controller's last replica count clamped into the bounds; the minimum at first
+    (at least one replica unless the bounds allow zero only)."""
+    current = status.desired_replicas
+    if current is None:
+        return lo if lo > 0 else 1 if hi > 0 else 0
+    return min(max(current, lo), hi)
+
+
+def plan_reconcile(
+    body: Mapping[str, Any],
+    snap: Snapshot,
+    now: datetime,
+    settings: Settings,
+    applied: AppliedView | None = None,
+    update: SLOUpdate | None = None,
+    fleet: Fleet | None = None,
+) -> ReconcilePlan:
+    """Plan one reconcile of ``body`` against the cached ``snap`` (pure).
+
+    ``applied``: what was applied lately and what the API server refused (read only; an
+    empty cache when None). ``update``: what the SLO loop decided this pass (replicas,
+    batch limit, signals, conditions); without one, replicas and the limit hold their last
+    decided values. ``fleet``: the pass's pools, prices and free GPUs (surveyed from
+    ``snap`` when None); the plan returns it with this service's new replicas taken out.
+    """
+    view: AppliedView = applied if applied is not None else AppliedCache()
+    surveyed: Fleet = fleet if fleet is not None else survey(snap)
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    old_status = InferenceServiceStatus.model_validate(body.get("status") or {})
+    new = old_status.model_copy(deep=True)
+    new.observed_generation = meta.get("generation")
+    conds: list[Cond] = []
+
+    def done(rep: Report, **outcome: Any) -> ReconcilePlan:
+        return ReconcilePlan(rep.actions, rep.status, surveyed, now, **outcome)
+
+    try:
+        spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
+    except ValidationError as err:
+        msg = summarize(field_problems(err))
+        conds += [
+            Cond(C.SPEC_VALID, False, C.INVALID_SPEC, msg),
+            Cond(C.READY, False, C.INVALID_SPEC, msg),
+        ]
+        return done(report(body, old_status, new, conds, now), permanent_error=msg)
+    conds.append(Cond(C.SPEC_VALID, True, C.VALID, "Spec is valid"))
+
+    ref = spec.slo_policy_ref.name if spec.slo_policy_ref else None
+    policy, bound = policy_condition(namespace, ref, snap.policy(namespace, ref) if ref else None)
+    conds.append(bound)
+    if policy is None:
+        conds.append(Cond(C.READY, False, bound.reason, bound.message))
+        return done(report(body, old_status, new, conds, now), retry_after=RETRY_POLICY_S)
+
+    lo, hi = initial_replicas(spec, policy)
+    replicas = desired_replicas(old_status, lo, hi)
+    wanted_limit = old_status.batch_limit
+    if update is not None:
+        replicas = min(max(update.replicas, lo), hi)
+        wanted_limit = update.batch_limit
+    result = plan_service(
+        name=name,
+        namespace=namespace,
+        uid=meta.get("uid", ""),
+        spec=spec,
+        policy=policy,
+        policy_name=ref or "",
+        pools=surveyed.pools,
+        nodes=snap.nodes,
+        replicas=replicas,
+        restart_limit=wanted_limit,
+        runtime_image=settings.runtime_image,
+        profiles=settings.profiles,
+        prices=surveyed.prices,
+    )
+    if isinstance(result, Problem):
+        conds += problem_conditions(result.reason, result.field, result.message)
+        # Nothing is torn down: existing replicas keep serving while the spec is fixed.
+        return done(report(body, old_status, new, conds, now), retry_after=RETRY_PROBLEM_S)
+
+    plan = result
+    eng = plan.engine
+    hw = plan.pool.resolution.hardware
+    conds.append(hardware_condition(
+        hw is not None and hw.known, plan.pool.resolution.message, plan.pool.product,
+        len(plan.pool.nodes), plan.pool.gpus_per_node,
+        f"dtype {eng.dtype}, quantization {eng.quantization or 'none'}, "
+        f"KV cache {eng.kv_cache_dtype}, tensor parallel {eng.tensor_parallel_size}",
+    ))
+    # The SLO loop sets this; until it runs, say so rather than stay silent.
+    if not any(c.type == C.SLO_COMPLIANT for c in old_status.conditions):
+        conds.append(Cond(C.SLO_COMPLIANT, None, C.AWAITING_METRICS,
+                          "No latency observations yet"))
+
+    placed, renders, opts, gpus = place_variants(plan, snap, namespace, name, replicas,
+                                                 surveyed.gpus)
+    left = surveyed.with_gpus(gpus)
+    existing = snap.variants(namespace, name)
+    new.hardware = plan.hardware_status
+    new.engine_args = list(eng.args)
+    new.engine_notes = list(plan.notes) + [f"GPU prices: {p}" for p in left.prices.problems]
+    refusal = Refusal(body, old_status, new.model_copy(deep=True), tuple(conds), now)
+
+    stamp = now.timestamp()
+    applies: list[Action] = []
+    for obj in build_all(plan.render, renders):
+        drifted = False
+        if obj["kind"] == "Deployment":
+            # The watch cache shows the Deployment gone or scaled by another writer: apply
+            # it again even while the cache says it was applied lately.
+            current = existing.get(obj["metadata"]["labels"].get(LABEL_VARIANT, ""))
+            drifted = current is None or current.spec_replicas != obj["spec"]["replicas"]
+        if not drifted and view.fresh(obj, stamp):
+            continue
+        refused = view.backoff(obj, stamp)
+        if refused is not None:
+            # Refused lately and unchanged since: not re-sent until the back-off ends or
+            # the rendering changes; nothing after it is touched.
+            rep = refusal.report(refused)
+            return ReconcilePlan((*applies, *rep.actions), rep.status, left, now,
+                                 retry_after=RETRY_REFUSED_S,
+                                 refusal=refusal if applies else None)
+        applies.append(Apply(obj))
+
+    deletes = retire_variants(snap, namespace, name, plan, placed)
+    dep = snap.deployment(namespace, name)
+    pods = snap.pods_of(namespace, name)
+    conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
+    limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
+    patches = live_limit_patches(namespace, pods, limit)
+    new.variants = variant_status(plan, placed, opts, existing)
+    new.placement = "; ".join(placed.reasons) or None
+    announce = placement_event(placed, old_status.placement)
+    new.desired_replicas = replicas
+    new.replicas = dep.replicas if dep else 0
+    new.ready_replicas = dep.ready_replicas if dep else 0
+    new.batch_limit = limit
+    if update is not None:
+        why = f"{update.reason}: {update.message}"
+        announce = [*action_events(old_status.desired_replicas, replicas,
+                                   old_status.batch_limit, limit, why), *announce]
+        conds += update.conds
+        new.observed = update.observed
+        new.control = dict(update.control) if update.control is not None else new.control
+        new.slo_compliant = update.slo_compliant
+        new.attainment = update.attainment
+        new.error_budget_remaining = update.error_budget_remaining
+        new.last_decisions = append_decision(old_status.last_decisions, DecisionRecord(
+            time=rfc3339(now), replicas=replicas, batch_limit=limit, reason=update.reason,
+            message=update.message[:1024]))
+    rep = report(body, old_status, new, conds, now, announce)
+    return ReconcilePlan((*applies, *deletes, *patches, *rep.actions), rep.status, left, now,
+                         refusal=refusal if applies else None)

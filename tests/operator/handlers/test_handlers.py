@@ -1,0 +1,112 @@
+"""The kopf handlers are thin: they share the refresh step below them, import no other
+handler module, and an SLOPolicy edit decides for its bound services at once."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+import pytest
+
+import slo_operator.handlers
+from slo_operator.api.cluster import Snapshot
+from slo_operator.api.observe import ServiceKey
+from slo_operator.handlers import indexes
+from slo_operator.handlers.setup import Context
+from slo_operator.handlers.slo_policy import on_policy
+from slo_operator.reconcile.caches import INDEX_NAMES, snapshot
+from slo_operator.reconcile.service import Settings
+from tests.operator.reconcile.fake import FakeKube
+from tests.operator.reconcile.prom_fake import FakeMetrics
+from tests.operator.reconcile.test_loop import QUIET, planned
+from tests.operator.reconcile.test_service import make_policy
+
+HANDLERS = Path(next(iter(slo_operator.handlers.__path__)))
+# Handler modules may share the context (setup) and the index registrations (indexes).
+SHARED = {"slo_operator.handlers.setup", "slo_operator.handlers.indexes"}
+
+
+def handler_imports(path: Path) -> set[str]:
+    """The handler modules ``path`` imports (``from slo_operator.handlers import x`` too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "slo_operator.handlers":
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {".".join(n.split(".")[:3]) for n in names if n.startswith("slo_operator.handlers.")}
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in HANDLERS.glob("*.py")))
+def test_a_handler_module_imports_no_other_handler_module(module: str) -> None:
+    own = f"slo_operator.handlers.{module.removesuffix('.py')}"
+    assert handler_imports(HANDLERS / module) - SHARED - {own} == set()
+
+
+def test_the_snapshot_reads_exactly_the_indexes_the_handlers_register() -> None:
+    for name in INDEX_NAMES:
+        assert callable(getattr(indexes, name)), name
+    registered = {n for n, v in vars(indexes).items() if n.endswith("_index") and callable(v)}
+    assert registered == set(INDEX_NAMES)
+
+
+def index_kwargs(snap: Snapshot) -> dict[str, Any]:
+    """The handler kwargs kopf passes for the indexes, holding what ``snap`` holds."""
+    return {
+        "service_index": {k: [v] for k, v in snap.services.items()},
+        "policy_index": {k: [v] for k, v in snap.policies.items()},
+        "deployment_index": {k: list(v.values()) for k, v in snap.variant_deployments.items()},
+        "pod_index": {k: list(v) for k, v in snap.pods.items()},
+        "node_index": {"nodes": list(snap.nodes)},
+        "price_index": {},
+    }
+
+
+def test_the_snapshot_of_the_index_kwargs_is_what_they_hold() -> None:
+    _, snap, _ = planned()
+    again = snapshot(index_kwargs(snap))
+    assert (again.services, again.policies, again.pods, again.variant_deployments,
+            tuple(again.nodes)) == (snap.services, snap.policies,
+                                    {k: tuple(v) for k, v in snap.pods.items()},
+                                    snap.variant_deployments, tuple(snap.nodes))
+
+
+def run_policy_handler(reason: str, body: Mapping[str, Any],
+                       snap: Snapshot) -> tuple[FakeKube, FakeMetrics]:
+    kube = FakeKube()
+    metrics = FakeMetrics({ServiceKey("team-a", "chat"): QUIET})
+    memo = kopf.Memo()
+    memo.slo = Context(kube=cast(Any, kube), settings=Settings(), metrics=metrics)
+    # kopf's decorators type the handler loosely; it is the coroutine function defined.
+    call = on_policy(body=cast(kopf.Body, body), memo=memo, reason=reason, **index_kwargs(snap))
+    asyncio.run(cast(Coroutine[Any, Any, None], call))
+    return kube, metrics
+
+
+@pytest.mark.parametrize(
+    ("reason", "want_queries", "want_decided"),
+    [
+        pytest.param(kopf.Reason.UPDATE, 1, True, id="a-spec-edit-decides-at-once"),
+        pytest.param(kopf.Reason.CREATE, 1, True, id="a-new-policy-decides-at-once"),
+        pytest.param(kopf.Reason.RESUME, 0, False,
+                     id="a-restart-only-refreshes-and-leaves-deciding-to-the-pass"),
+    ],
+)
+def test_an_slo_policy_change_decides_for_its_bound_services(
+        reason: str, want_queries: int, want_decided: bool) -> None:
+    _, snap, _ = planned()
+    edited = make_policy(scaling={"minReplicas": 3, "maxReplicas": 8})
+    edited["metadata"]["namespace"] = "team-a"
+    kube, metrics = run_policy_handler(reason, edited, snap)
+    assert len(metrics.calls) == want_queries
+    service_statuses = [s for s in kube.statuses if "desiredReplicas" in s]
+    assert service_statuses and service_statuses[-1]["desiredReplicas"] == 3
+    assert bool(service_statuses[-1].get("observed")) is want_decided
+    # The policy's own status records the binding either way.
+    assert any(s.get("boundServices") == ["chat"] for s in kube.statuses)

@@ -1,0 +1,149 @@
+"""The refresh step the handlers share: a policy edit decides for its bound services at
+once, a pass threads the free GPUs, and decisions are labelled for the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from slo_operator.api.cluster import NodeInfo, Snapshot
+from slo_operator.api.observe import ServiceKey
+from slo_operator.reconcile.ports import AppliedCache
+from slo_operator.reconcile.refresh import (
+    PassResult,
+    Reconciler,
+    decision_direction,
+    policy_changed,
+    policy_removed,
+    refresh_services,
+)
+from slo_operator.reconcile.service import Settings
+from tests.operator.reconcile.fake import FakeKube
+from tests.operator.reconcile.prom_fake import FakeMetrics
+from tests.operator.reconcile.test_loop import QUIET, planned
+from tests.operator.reconcile.test_placing import AV, HV
+from tests.operator.reconcile.test_placing import NODES as MIXED
+from tests.operator.reconcile.test_service import H100, NOW, make_isvc, make_policy
+
+LATER = NOW + timedelta(seconds=30)
+CHAT, OTHER = ServiceKey("team-a", "chat"), ServiceKey("team-b", "other")
+EIGHT = (NodeInfo("h100-a", H100, {"nvidia.com/gpu": "8"}),)
+
+
+@dataclass
+class Memory:
+    """The written-status memory, without the revision bookkeeping."""
+
+    written: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        return body
+
+    def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+        self.written[(body["metadata"]["namespace"], body["metadata"]["name"])] = status
+
+
+def reconciler(kube: FakeKube, metrics: FakeMetrics | None) -> Reconciler:
+    return Reconciler(kube, Settings(), AppliedCache(), Memory(),
+                      lambda namespace, name: asyncio.Lock(), metrics, clock=lambda: LATER)
+
+
+def two_tenants() -> Snapshot:
+    """team-a/chat bound to team-a/gold, team-b/other bound to team-b/gold; both planned
+    with two replicas on one eight-GPU node."""
+    _, a, _ = planned(ns="team-a", name="chat", nodes=EIGHT)
+    _, b, _ = planned(ns="team-b", name="other", nodes=EIGHT)
+    return Snapshot(services={**a.services, **b.services}, policies={**a.policies, **b.policies},
+                    deployments={**a.deployments, **b.deployments},
+                    variant_deployments={**a.variant_deployments, **b.variant_deployments},
+                    pods={**a.pods, **b.pods}, nodes=EIGHT)
+
+
+def edited_gold() -> dict[str, Any]:
+    pol = make_policy(scaling={"minReplicas": 3, "maxReplicas": 8})
+    pol["metadata"]["namespace"] = "team-a"
+    return pol
+
+
+def test_a_policy_edit_decides_for_its_bound_services_at_once() -> None:
+    snap = two_tenants()
+    kube = FakeKube()
+    metrics = FakeMetrics({CHAT: QUIET, OTHER: QUIET})
+    done = asyncio.run(policy_changed(reconciler(kube, metrics), edited_gold(), snap))
+    # One pass of the fixed queries, deciding for the bound service only.
+    assert len(metrics.calls) == 1
+    assert set(done.updates) == {CHAT}
+    assert set(done.outcomes) == {CHAT}
+    # The decision ran on the edited policy and was applied and recorded.
+    dep = kube.objects[("Deployment", "team-a", "chat-vllm-h100-sxm-80gb")]
+    assert dep["spec"]["replicas"] >= 3
+    status = done.outcomes[CHAT].status
+    assert status["desiredReplicas"] == dep["spec"]["replicas"]
+    assert status["observed"]["state"] == "OK"
+    assert status["lastDecisions"][-1]["reason"] == done.updates[CHAT].reason
+    assert status["control"]["state"]
+    # The other tenant's service is neither decided for nor written.
+    assert not [k for k in kube.objects if k[1] == "team-b"]
+
+
+def test_a_resumed_policy_refreshes_its_services_without_querying_prometheus() -> None:
+    kube = FakeKube()
+    metrics = FakeMetrics({CHAT: QUIET})
+    done = asyncio.run(policy_changed(reconciler(kube, metrics), edited_gold(), two_tenants(),
+                                      decide=False))
+    assert metrics.calls == []
+    assert done.updates == {} and set(done.outcomes) == {CHAT}
+    assert done.outcomes[CHAT].status["desiredReplicas"] == 3  # the new minimum still holds
+    assert not done.outcomes[CHAT].status.get("observed")
+
+
+def test_a_deleted_policy_leaves_its_services_running_and_saying_so() -> None:
+    kube = FakeKube()
+    done = asyncio.run(policy_removed(reconciler(kube, FakeMetrics()), "team-a", "gold",
+                                      two_tenants()))
+    assert set(done.outcomes) == {CHAT} and done.updates == {}
+    assert kube.applies == [] and done.pending == 1
+    ready = next(c for c in done.outcomes[CHAT].status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "PolicyNotFound"
+
+
+def test_a_pass_hands_the_free_gpus_from_one_service_to_the_next() -> None:
+    pol = make_policy(scaling={"minReplicas": 2, "maxReplicas": 2})
+    snap = Snapshot(services={("team-a", n): make_isvc(n, hardware={}) for n in ("a", "b")},
+                    policies={("team-a", "gold"): pol}, nodes=MIXED)
+    kube = FakeKube()
+    done: PassResult = asyncio.run(refresh_services(reconciler(kube, None), snap))
+    deployed = sorted(name for kind, name in kube.applies if kind == "Deployment")
+    assert deployed == [f"a-vllm-{HV}", f"b-vllm-{AV}"]
+    assert done.writes == 6 and done.pending == 0
+
+
+def test_one_failing_service_does_not_stop_the_pass() -> None:
+    snap = two_tenants()
+    broken = {**snap.services}
+    broken[("team-a", "chat")] = {**broken[("team-a", "chat")], "spec": None, "metadata": None}
+    kube = FakeKube()
+    done = asyncio.run(refresh_services(reconciler(kube, None), replace(snap, services=broken)))
+    assert done.pending == 1 and set(done.outcomes) == {OTHER}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "want"),
+    [
+        pytest.param({"desiredReplicas": 2}, {"desiredReplicas": 3}, "scale_up", id="up"),
+        pytest.param({"desiredReplicas": 3}, {"desiredReplicas": 1}, "scale_down", id="down"),
+        pytest.param({"desiredReplicas": 2, "batchLimit": 64},
+                     {"desiredReplicas": 2, "batchLimit": 32}, "batch_down", id="limit-down"),
+        pytest.param({"batchLimit": 32}, {"batchLimit": 48}, "batch_up", id="limit-up"),
+        pytest.param({"desiredReplicas": 2, "batchLimit": 64},
+                     {"desiredReplicas": 2, "batchLimit": 64}, "hold", id="hold"),
+        pytest.param({}, {"desiredReplicas": 2}, "hold", id="first-decision"),
+    ],
+)
+def test_decision_direction(old: dict[str, Any], new: dict[str, Any], want: str) -> None:
+    assert decision_direction(old, new) == want
