@@ -26,6 +26,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+# The Kubernetes API group of the CRDs, and the prefix of every label and annotation.
 GROUP = "inference.slo-operator.io"
 
 # --- ports and paths of a pod -----------------------------------------------------------

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from slo_operator.cli import main
-from tests.support.paths import REPO
+from tests.support.paths import NODE_LABELS, REPO
 
 ROOT = REPO
 EXAMPLE_8B = str(ROOT / "examples" / "llama-8b-h100.yaml")
@@ -66,7 +66,7 @@ def test_render_yaml_has_deployment_service_pdb() -> None:
 
 
 def test_render_from_real_node_labels(tmp_path: Path) -> None:
-    labels = yaml.safe_load((FIXTURES / "hardware/node-labels.yaml").read_text())
+    labels = yaml.safe_load(NODE_LABELS.read_text())
     # Pick the first NVIDIA label set from the shared fixture that is an H100 without MIG.
     sets = labels if isinstance(labels, list) else list(labels.values())
     flat = []

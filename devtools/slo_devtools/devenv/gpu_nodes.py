@@ -1,7 +1,7 @@
 """Fake GPU nodes for the local cluster, labelled as real GPU clusters label them.
 
-Label sets come from ``slo_devtools/data/hardware/node-labels.yaml`` (a copy of
-``tests/fixtures/hardware/node-labels.yaml``) (copied from NVIDIA GPU
+Label sets come from ``slo_devtools/data/hardware/node-labels.yaml`` (the repository's one
+copy; sources in ``tests/fixtures/hardware/README.md``) (copied from NVIDIA GPU
 Feature Discovery / GPU Operator and AMD node-labeller outputs). Where the fixture has no node of
 a model (A100-80GB, L4), the NVIDIA key set of the fixture's H100 node is reused and the
 model-specific values are filled in by GFD's own rules (product = NVML name with spaces turned
@@ -26,7 +26,7 @@ KWOK_LABEL = ("type", "kwok")
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 
 
-# Packaged copy of tests/fixtures/hardware/node-labels.yaml (sources in its README there).
+# The repository's one copy of the real label sets (sources: tests/fixtures/hardware/README.md).
 NODE_LABELS = Path(__file__).resolve().parents[1] / "data" / "hardware" / "node-labels.yaml"
 
 

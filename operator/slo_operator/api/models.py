@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-GROUP = "inference.slo-operator.io"
+from slo_runtime import contract
+
+# The API group: one home, shared with the in-pod runtime (labels, annotations).
+GROUP = contract.GROUP
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 

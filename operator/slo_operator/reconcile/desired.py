@@ -32,8 +32,9 @@ from slo_operator.engine import (
 from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
 from slo_operator.hardware import HardwareResolution, classify_node_pools, resolve_product
 from slo_operator.render.objects import RenderInput
+from slo_operator.settings import default_runtime_image
 
-DEFAULT_RUNTIME_IMAGE = "ghcr.io/slo-operator/slo-operator:0.1.0"
+DEFAULT_RUNTIME_IMAGE = default_runtime_image()  # this release's image (package metadata)
 
 __all__ = ["NodeInfo"]  # re-exported: callers plan from node observations
 

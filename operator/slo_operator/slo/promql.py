@@ -39,7 +39,7 @@ GATEWAY_QUEUE_DEPTH = c.GATEWAY_QUEUE_DEPTH
 QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "waiting", "running", "kv")
 MAX_QUERIES = 10
 MAX_WINDOWS = 4
-GROUP = "namespace, service"
+BY_SERVICE = "namespace, service"  # the labels every query groups by
 
 # Sources, in order of preference (first with samples wins), per latency query.
 E2E_SOURCES = (("gateway", GATEWAY_E2E), ("engine", c.E2E_LATENCY))
@@ -150,16 +150,16 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         parts = []
         for w in labels:
             for src, name in sources:
-                e = f"sum by ({GROUP}, le) (rate({name}_bucket{s}[{w}]))"
+                e = f"sum by ({BY_SERVICE}, le) (rate({name}_bucket{s}[{w}]))"
                 parts.append(_tag(e, window=w, source=src))
                 if with_sum:
-                    e = f"sum by ({GROUP}) (rate({name}_sum{s}[{w}]))"
+                    e = f"sum by ({BY_SERVICE}) (rate({name}_sum{s}[{w}]))"
                     parts.append(_tag(e, window=w, source=src, le=SUM_LE))
         return _or(parts)
 
     def rates() -> str:
         return _or(
-            _tag(f"sum by ({GROUP}) (rate({name}{s}[{w}]))", window=w, signal=sig)
+            _tag(f"sum by ({BY_SERVICE}) (rate({name}{s}[{w}]))", window=w, signal=sig)
             for w in labels for sig, name in THROUGHPUT_SIGNALS
         )
 
@@ -170,14 +170,15 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         Query("itl", hist(ITL_SOURCES)),
         Query("decode", hist(DECODE_SOURCES, with_sum=True)),
         Query("throughput", rates()),
-        Query("waiting", _or(_tag(f"sum by ({GROUP}) ({n}{s})", source=src)
+        Query("waiting", _or(_tag(f"sum by ({BY_SERVICE}) ({n}{s})", source=src)
                              for src, n in WAITING_SOURCES)),
         Query("running", _or([
-            _tag(f"sum by ({GROUP}) ({running}{s})", stat="sum"),
-            _tag(f"count by ({GROUP}) ({running}{s})", stat="pods"),
-            _tag(f"max by ({GROUP}) (timestamp({running}{s}))", stat="newest"),
+            _tag(f"sum by ({BY_SERVICE}) ({running}{s})", stat="sum"),
+            _tag(f"count by ({BY_SERVICE}) ({running}{s})", stat="pods"),
+            _tag(f"max by ({BY_SERVICE}) (timestamp({running}{s}))", stat="newest"),
         ])),
-        Query("kv", _or(_tag(f"max by ({GROUP}) ({n}{s})", source=src) for src, n in KV_SOURCES)),
+        Query("kv", _or(_tag(f"max by ({BY_SERVICE}) ({n}{s})", source=src)
+                        for src, n in KV_SOURCES)),
     )
     assert len(queries) <= MAX_QUERIES
     return QueryPlan(queries=queries, windows=plan)

@@ -37,7 +37,7 @@ from slo_operator.reconcile.desired import (
 )
 from tests.support.golden import Golden
 from tests.support.hardware import hw
-from tests.support.paths import FIXTURES
+from tests.support.paths import FIXTURES, NODE_LABELS
 
 SERVE_ARGS = FIXTURES / "vllm" / "serve-args-vllm-0.32.0.json"
 H100 = hw("H100")
@@ -752,7 +752,7 @@ def test_every_plan_validates_against_vllm(product: str, fixture_spec: VllmArgSp
 
 def _label_sets() -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = yaml.safe_load(
-        (FIXTURES / "hardware" / "node-labels.yaml").read_text())
+        NODE_LABELS.read_text())
     return entries
 
 

@@ -30,7 +30,7 @@ from slo_operator.hardware import (
     load_catalogue,
     resolve_product,
 )
-from tests.support.paths import FIXTURES
+from tests.support.paths import FIXTURES, NODE_LABELS
 
 HW_FIXTURES = FIXTURES / "hardware"
 
@@ -54,7 +54,7 @@ H100 = {PRODUCT: "NVIDIA-H100-80GB-HBM3", MAJOR: "9", MINOR: "0", MEMORY: "81559
 
 @cache
 def _node_label_sets() -> list[dict[str, Any]]:
-    with (HW_FIXTURES / "node-labels.yaml").open() as f:
+    with NODE_LABELS.open() as f:
         data = yaml.safe_load(f)
     assert isinstance(data, list)
     return data
