@@ -3,7 +3,7 @@
 # gateway, launcher, probe). The runtime is not run from this image inside vLLM pods: an init
 # container copies the package into a shared volume and vLLM's own Python runs it, so
 # slo_runtime imports nothing outside vLLM 0.32.0's dependency closure
-# (tests/unit/ship/test_image.py). That init container needs sh, cp and python3 here.
+# (tests/packaging/test_image.py). That init container needs sh, cp and python3 here.
 #
 # Bases are pinned to an exact release; pin digests too where the registry is reachable
 # (`docker buildx imagetools inspect python:3.11.13-slim-bookworm`).

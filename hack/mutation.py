@@ -30,72 +30,36 @@ WORK = Path(os.environ.get("MUTATION_WORK", "/tmp/slo-mutation"))
 TOOLS = Path(os.environ.get("MUTATION_TOOLS", "/tmp/slo-mutation/tools"))
 PURE_PACKAGES = ("api", "slo", "hardware", "engine", "control", "render")
 
-U = "tests/unit"
-C = f"{U}/control"
-S = f"{U}/slo"
-ENGINE = (f"{U}/test_engine.py", f"{U}/test_plan.py", f"{U}/test_vllm_args.py",
-          f"{U}/test_profiles.py", f"{U}/test_policy.py", f"{U}/test_render.py",
-          f"{U}/test_render_runtime_contract.py")
-HARDWARE = (f"{U}/test_hardware.py", f"{U}/test_engine.py", f"{U}/test_plan.py")
-LAW = (f"{C}/test_control_decide.py", f"{C}/test_control_closed_loop.py",
-       f"{C}/test_control_properties.py", f"{C}/test_law_edges.py",
-       f"{C}/test_tuning_documented.py")
+T = "tests/operator"
 
-# module (relative to operator/slo_operator) -> the unit tests that exercise it. A module not
-# listed runs every test file under tests/unit that names its package.
-TESTS: dict[str, tuple[str, ...]] = {
-    "slo/histogram.py": (f"{S}/test_slo_histogram.py", f"{S}/test_slo_histogram_edges.py",
-                         f"{U}/sim/test_sim_metrics.py", f"{U}/ship/test_rules.py"),
-    "slo/promql.py": (f"{S}/test_slo_promql.py", f"{S}/test_slo_promql_edges.py",
-                      f"{S}/test_slo_signals.py", f"{S}/test_slo_docs.py",
-                      f"{S}/test_slo_signals_properties.py"),
-    "slo/signals.py": (f"{S}/test_slo_signals.py", f"{S}/test_slo_signals_edges.py",
-                       f"{S}/test_slo_signals_properties.py"),
-    "slo/evaluate.py": (f"{S}/test_slo_evaluate.py", f"{S}/test_slo_evaluate_edges.py",
-                        f"{U}/reconcile/test_status.py"),
-    # The fast, targeted tests first: most mutants die there, in a second or two.
-    "control/law.py": (f"{C}/test_law_mutants.py", f"{C}/test_control_decide.py",
-                       f"{C}/test_law_edges.py", f"{C}/test_tuning_documented.py",
-                       f"{C}/test_control_closed_loop.py", f"{C}/test_control_properties.py"),
-    "control/policy.py": (f"{C}/test_policy_mutants.py", f"{C}/test_replica_bounds.py", *LAW),
-    "control/capacity.py": (f"{C}/test_control_capacity.py", f"{C}/test_capacity_edges.py",
-                            f"{C}/test_control_decide.py", f"{C}/test_control_closed_loop.py"),
-    "control/arbitrate.py": (f"{C}/test_arbitrate_mutants.py", f"{C}/test_control_arbitrate.py",
-                             f"{C}/test_arbitrate_edges.py", f"{C}/test_control_properties.py"),
-    "control/state.py": (f"{C}/test_control_state.py", f"{C}/test_state_edges.py",
-                         f"{C}/test_control_decide.py"),
-    "control/placement.py": (f"{C}/test_placement_mutants.py", f"{C}/test_placement.py",
-                             f"{U}/reconcile/test_placing.py"),
-    "control/prices.py": (f"{C}/test_prices_mutants.py", f"{C}/test_placement.py",
-                          f"{U}/reconcile/test_placing.py"),
-    "control/reasons.py": (f"{S}/test_slo_docs.py",),
-    "control/__init__.py": (f"{C}/test_init_mutants.py",),
-    "render/names.py": (f"{U}/test_names.py", f"{U}/test_render.py"),
-    "render/objects.py": (f"{U}/test_render.py", f"{U}/test_render_runtime_contract.py"),
+# The test tree mirrors the packages: a module pkg/mod.py is exercised first by its own
+# tests/operator/pkg/test_mod.py (most mutants die there, in a second or two), then by the
+# rest of its package's tests. Extra test files for modules whose behaviour other suites
+# also pin are listed here.
+EXTRA: dict[str, tuple[str, ...]] = {
+    "slo/histogram.py": ("tests/devtools/sim/test_scrape.py", f"{T}/monitoring/test_rules.py"),
+    "slo/evaluate.py": (f"{T}/reconcile/test_status.py",),
+    "control/law.py": (f"{T}/control/test_policy.py",),
+    "control/placement.py": (f"{T}/reconcile/test_placing.py",),
+    "control/prices.py": (f"{T}/control/test_placement.py", f"{T}/reconcile/test_placing.py"),
+    "render/objects.py": (f"{T}/engine/test_plan.py",),
+    "hardware/labels.py": (f"{T}/engine/test_plan.py",),
+    "hardware/catalogue.py": (f"{T}/engine/test_plan.py",),
 }
-# Engine rules: their own boundary tests kill what ENGINE kills (survivors checked against it).
-for _m in ("precision", "parallel", "batching", "overrides"):
-    TESTS[f"engine/{_m}.py"] = (f"{U}/test_{_m}_mutants.py",)
-# The planner's own modules: their boundary tests first, then the suite of plans they feed.
-for _m, _suite in (("plan", "engine"), ("sizing", "engine"), ("limits", "engine"),
-                   ("types", "engine"), ("profiles", "profiles"), ("vllm_args", "vllm_args")):
-    TESTS[f"engine/{_m}.py"] = (f"{U}/test_{_m}_mutants.py", f"{U}/test_{_suite}.py")
-TESTS["engine/fields.py"] = (f"{U}/test_fields_mutants.py",)
-TESTS["engine/__init__.py"] = (f"{U}/test_engine_init_mutants.py",)
-for _m in ("precision", "parallel", "batching", "overrides", "plan", "sizing", "limits",
-           "profiles", "types", "vllm_args", "fields", "__init__"):
-    TESTS.setdefault(f"engine/{_m}.py", ENGINE)
-for _m in ("labels", "catalogue"):
-    TESTS.setdefault(f"hardware/{_m}.py", (f"{U}/test_{_m}_mutants.py", *HARDWARE))
-TESTS.setdefault("hardware/__init__.py", (f"{U}/test_hardware_init_mutants.py", *HARDWARE))
-# api: the CRD staleness test first (it holds every schema fact); test_<stem>_mutants.py joins
-# (and alone covers the value modules).
-TESTS.setdefault("api/models.py", (f"{U}/test_crds.py", f"{U}/test_api.py"))
-TESTS.setdefault("api/crd.py", (f"{U}/test_crds.py",))
-TESTS.setdefault("api/errors.py", (f"{U}/test_errors_mutants.py",))
-TESTS.setdefault("api/observe.py", (f"{U}/test_observe_mutants.py",))
-TESTS.setdefault("api/cluster.py", (f"{U}/test_cluster_mutants.py",))
-TESTS.setdefault("api/conditions.py", (f"{U}/test_conditions.py",))
+
+
+def _package_tests(module: str) -> tuple[str, ...]:
+    package, _, name = module.partition("/")
+    stem = Path(name).stem
+    own = f"{T}/{package}/test_{package if stem == '__init__' else stem}.py"
+    rest = sorted(str(p.relative_to(ROOT)) for p in (ROOT / T / package).glob("test_*.py"))
+    return (own, *EXTRA.get(module, ()), *rest)
+
+
+TESTS: dict[str, tuple[str, ...]] = {
+    str(p.relative_to(PKG)): _package_tests(str(p.relative_to(PKG)))
+    for package in PURE_PACKAGES for p in sorted((PKG / package).glob("*.py"))
+}
 
 RUNNER = """#!/bin/bash
 timeout -k 5 {timeout} "{python}" -m pytest -x -q -p no:cacheprovider "$@" || exit 1
@@ -105,10 +69,9 @@ timeout -k 5 {timeout} "{python}" -m pytest -x -q -p no:cacheprovider "$@" || ex
 # Runtime modules: their tests are asynchronous and need the asyncio plugin, which the
 # runner does not autoload.
 RUNTIME_TESTS: dict[str, tuple[str, ...]] = {
-    "admission.py": (f"{U}/runtime/test_admission_mutants.py",
-                     f"{U}/runtime/test_runtime_gateway.py"),
-    "contract.py": (f"{U}/runtime/test_contract.py", f"{U}/test_render_runtime_contract.py",
-                    f"{U}/test_vllm_args.py"),
+    "admission.py": ("tests/runtime/test_admission.py", "tests/runtime/test_gateway.py"),
+    "contract.py": ("tests/runtime/test_contract.py", f"{T}/render/test_objects.py",
+                    f"{T}/engine/test_vllm_args.py"),
 }
 PLUGINS = ("-p", "pytest_asyncio.plugin")
 
@@ -124,13 +87,8 @@ def tests_for(module: str) -> list[str]:
     """The test files a module's mutants run against, those that exist in this checkout."""
     listed = TESTS.get(module) or RUNTIME_TESTS.get(module.removeprefix("runtime/slo_runtime/"))
     if listed is None:
-        package = module.split("/")[0]
-        needle = f"slo_operator.{package}"
-        listed = tuple(str(p.relative_to(ROOT)) for p in sorted((ROOT / U).rglob("test_*.py"))
-                       if needle in p.read_text())
-    extra = sorted(str(p.relative_to(ROOT)) for p in (ROOT / U).rglob("test_*mutants*.py")
-                   if Path(module).stem in p.name)
-    return [t for t in dict.fromkeys((*listed, *extra)) if (ROOT / t).exists()]
+        listed = _package_tests(module)
+    return [t for t in dict.fromkeys(listed) if (ROOT / t).exists()]
 
 
 def plugins_for(module: str) -> tuple[str, ...]:
@@ -170,7 +128,8 @@ def env_for(work: Path) -> dict[str, str]:
     """Imports from the work copy, no bytecode (stale .pyc gives false survivors), no plugins."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(work / "operator"), str(work / "runtime"), str(work), str(TOOLS)])
+        [str(work / "operator"), str(work / "runtime"), str(work / "devtools"), str(work),
+         str(TOOLS)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return env

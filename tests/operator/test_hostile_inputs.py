@@ -36,7 +36,7 @@ from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.render.names import is_dns1035_label, is_label_value, is_object_name
 from slo_operator.render.objects import build_all
 from tests.operator.reconcile.fake import FakeKube
-from tests.support.paths import FIXTURES, REPO
+from tests.support.paths import NODE_LABELS, REPO
 
 settings.register_profile(
     "ci", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,7 +231,7 @@ def documents(draw: st.DrawFn) -> list[Any]:
 
 
 def _node_label_files(tmp: Path) -> list[str]:
-    entries = yaml.safe_load((FIXTURES / "hardware" / "node-labels.yaml").read_text())
+    entries = yaml.safe_load(NODE_LABELS.read_text())
     picked = [e for e in entries if any(w in str(e["product"]) for w in (
         "MIG", "SHARED", "Tesla-T4", "H100", "MI300X", "L40S"))]
     paths = []
@@ -345,7 +345,7 @@ _NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 @cache
 def _fixture_nodes() -> tuple[NodeInfo, ...]:
-    entries = yaml.safe_load((FIXTURES / "hardware" / "node-labels.yaml").read_text())
+    entries = yaml.safe_load(NODE_LABELS.read_text())
     picked = [e for e in entries if any(w in str(e["product"]) for w in (
         "MIG", "SHARED", "H100", "MI300X", "L40S"))]
     return tuple(NodeInfo(f"n{i}", {str(k): str(v) for k, v in e["labels"].items()})

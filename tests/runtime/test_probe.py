@@ -20,6 +20,7 @@ from slo_runtime.probe import (
     product_matches,
 )
 from tests.runtime.rt_support import FIXTURES
+from tests.support.paths import NODE_LABELS
 
 HW = FIXTURES / "hardware"
 
@@ -36,7 +37,7 @@ def test_gfd_label_rule_reproduces_the_derived_labels_of_real_nvml_names() -> No
 
 
 def _label_sets() -> list[dict[str, str]]:
-    return [e["labels"] for e in yaml.safe_load((HW / "node-labels.yaml").read_text())
+    return [e["labels"] for e in yaml.safe_load(NODE_LABELS.read_text())
             if isinstance(e, dict) and isinstance(e.get("labels"), dict)]
 
 
