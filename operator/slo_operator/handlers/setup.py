@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,9 @@ from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter
 from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
-from slo_operator.monitoring.operator_metrics import METRICS
+from slo_operator.monitoring.operator_metrics import METRICS, PEERING, PeeringState
 from slo_operator.reconcile.ports import AppliedCache
+from slo_operator.reconcile.refresh import Reconciler
 from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
 from slo_operator.settings import OperatorSettings, operator_version
@@ -73,6 +74,59 @@ class StatusMemory:
                 str(meta.get("resourceVersion")), status)
 
 
+class PeeringGate:
+    """Whether kopf lets this replica act, for the work kopf does not drive itself (the
+    periodic pass): ``acting`` is set while it may act, ``paused`` while a peer of higher
+    priority acts, and ``resumes`` counts kopf's resumes (each one means caches to re-read).
+
+    kopf pauses its own watches and daemons through a toggle it hands to no handler
+    (``operator_paused``, kopf/_core/reactor/running.py:198, passed only to its internal
+    tasks such as ``daemon_killer``, kopf/_core/engines/daemons.py:287); its daemons and
+    timers are per object, with finalizers. So the gate follows the pause and resume lines
+    kopf's peering engine logs as it turns that toggle (``monitoring.operator_metrics``,
+    ``PeeringState``), in the same event-loop step.
+    """
+
+    def __init__(self, acting: bool = True) -> None:
+        self.acting = asyncio.Event()
+        self.paused = asyncio.Event()
+        self.resumes = 0
+        (self.acting if acting else self.paused).set()
+
+    def is_acting(self) -> bool:
+        """Read synchronously, also from the worker threads that send the pass's writes."""
+        return self.acting.is_set()
+
+    def turn(self, acting: bool) -> None:
+        if acting == self.is_acting():
+            return
+        if acting:
+            self.resumes += 1
+            self.paused.clear()
+            self.acting.set()
+        else:
+            self.acting.clear()
+            self.paused.set()
+
+    def follow(self, state: PeeringState) -> Callable[[], None]:
+        """Take ``state``'s value now and every change after; returns the unsubscribe
+        function. Must be called on the event loop the gate is awaited on."""
+        loop = asyncio.get_running_loop()
+
+        def changed(active: bool) -> None:
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is loop:
+                self.turn(active)
+            else:  # kopf logs peering on its loop; anything else is handed over to it
+                loop.call_soon_threadsafe(self.turn, active)
+
+        self.turn(state.active)
+        return state.subscribe(changed)
+
+
 @dataclass
 class Context:
     kube: Kube
@@ -86,11 +140,18 @@ class Context:
     # The SLO loop's signals; None without SLO_PROMETHEUS_URL (status then says
     # AwaitingMetrics and replicas stay at what was last decided).
     metrics: MetricsSource | None = None
+    # Whether kopf lets this replica act (peering); always acting when standalone.
+    gate: PeeringGate = field(default_factory=PeeringGate)
 
-    @property
-    def loop(self) -> OperatorSettings:
-        """The SLO pass's settings (interval, Prometheus), part of :attr:`config`."""
-        return self.config
+    def reconciler(self) -> Reconciler:
+        return Reconciler.of(self)
+
+    def forget_writes(self) -> None:
+        """Drop what this replica remembers having written (applied objects, statuses):
+        while it was paused or stalled a peer may have acted, so the objects need not be
+        as it left them. Refusals keep their back-off: they were the API server's."""
+        self.applied.entries.clear()
+        self.statuses.written.clear()
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         # Timers, watch events and change handlers may fire together for one object.
@@ -149,6 +210,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                  if config.prometheus_url else None),
         settings=Settings(runtime_image=config.image, profiles=profiles),
     )
+    # Standalone, PEERING stays active; with peering it starts paused (kopf does too,
+    # until it has read the peering object) and follows kopf's pause and resume.
+    memo.slo_unfollow = memo.slo.gate.follow(PEERING)
+
+
+@kopf.on.cleanup()
+async def unfollow(memo: kopf.Memo, **_: Any) -> None:
+    stop: Callable[[], None] | None = getattr(memo, "slo_unfollow", None)
+    if stop is not None:
+        stop()
 
 
 def redact_url(url: str | None) -> str | None:

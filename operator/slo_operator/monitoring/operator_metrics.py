@@ -8,6 +8,7 @@ still, so ``slo_operator_peering_active`` says which replica acts.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as _start_http_server
@@ -54,34 +55,106 @@ class OperatorMetrics:
         self.managed = Gauge(
             "slo_operator_managed_services", "InferenceServices seen in the last pass.",
             registry=registry)
+        self.passes = Counter(
+            "slo_operator_periodic_passes",
+            "Periodic passes by result: ok, error, cancelled (kopf paused this replica "
+            "mid-pass). They stay still on a standby replica.", ["result"], registry=registry)
+        self.pass_writes = Counter(
+            "slo_operator_periodic_writes",
+            "API writes the periodic pass sent (result=sent) or refused because kopf had "
+            "paused this replica (result=refused).", ["result"], registry=registry)
 
 
 METRICS = OperatorMetrics()
 
 
-class _PeeringStateHandler(logging.Handler):
-    """Mirror kopf's pause/resume (logged by its peering engine, not exposed) in a gauge."""
+class PeeringState:
+    """Whether kopf lets this replica act (peering), with listeners told of each change.
 
-    def __init__(self, gauge: Gauge) -> None:
+    kopf keeps its pause in a toggle local to ``kopf._core.reactor.running.spawn_tasks``
+    that no handler, memo or setting exposes; its peering engine logs each transition, so
+    :func:`track_peering` follows that log (see ``_PeeringStateHandler``)."""
+
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self._listeners: list[Callable[[bool], None]] = []
+
+    def set(self, active: bool) -> None:
+        changed = active != self.active
+        self.active = active
+        if changed:
+            for listener in list(self._listeners):
+                listener(active)
+
+    def subscribe(self, listener: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``listener(active)`` on every change; returns the unsubscribe function."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return unsubscribe
+
+
+# kopf 1.45 logs these lines from kopf/_core/engines/peering.py (process_peering_event,
+# lines 137-151) right before it turns the peering toggle on or off, and only on an actual
+# change: "Pausing operations in favour of [...]" (a live peer of higher priority),
+# "Pausing all operators, including self: [...]" (peers of equal priority, a warning) and
+# "Resuming operations after the pause. ..." (no such peer alive any more).
+PAUSING = ("Pausing operations", "Pausing all operators")
+RESUMING = ("Resuming operations",)
+
+
+def peering_transition(message: str) -> bool | None:
+    """True for kopf's resume line, False for a pause line, None for anything else."""
+    if message.startswith(RESUMING):
+        return True
+    if message.startswith(PAUSING):
+        return False
+    return None
+
+
+class _PeeringStateHandler(logging.Handler):
+    """Mirror kopf's pause/resume (logged by its peering engine, not exposed) in a gauge
+    and in :data:`PEERING`. kopf logs them on the event loop, in the very step that turns
+    its toggle, so listeners run before any other coroutine sees the new state."""
+
+    def __init__(self, gauge: Gauge, state: PeeringState | None = None) -> None:
         super().__init__(level=logging.INFO)
         self.gauge = gauge
+        self.state = state
 
     def emit(self, record: logging.LogRecord) -> None:
-        msg = record.getMessage()
-        if msg.startswith("Resuming operations"):
-            self.gauge.set(1)
-        elif msg.startswith(("Pausing operations", "Pausing all operators")):
-            self.gauge.set(0)
+        active = peering_transition(record.getMessage())
+        if active is None:
+            return
+        self.gauge.set(1 if active else 0)
+        if self.state is not None:
+            self.state.set(active)
 
 
 PEERING_LOGGER = "kopf._core.engines.peering"
+# Where the operator's own pause gate (handlers.setup.Context.gate) learns kopf's state.
+PEERING = PeeringState()
 
 
-def track_peering(peering: bool, metrics: OperatorMetrics = METRICS) -> None:
-    """Start the gauge at standby when peering (kopf starts paused until peers are seen)."""
+def track_peering(peering: bool, metrics: OperatorMetrics = METRICS,
+                  state: PeeringState | None = None) -> None:
+    """Start at standby when peering (kopf starts paused until it has read the peering
+    object) and follow kopf's pause/resume from then on, in the gauge and in ``state``
+    (default :data:`PEERING`)."""
+    state = PEERING if state is None else state
     metrics.peering_active.set(0 if peering else 1)
+    state.set(not peering)
     if peering:
-        logging.getLogger(PEERING_LOGGER).addHandler(_PeeringStateHandler(metrics.peering_active))
+        log = logging.getLogger(PEERING_LOGGER)
+        for old in [h for h in log.handlers if isinstance(h, _PeeringStateHandler)]:
+            log.removeHandler(old)
+        # A logger level above INFO (kopf's loggers quietened) would drop the very records
+        # the pause gate depends on before any handler sees them.
+        if log.getEffectiveLevel() > logging.INFO:
+            log.setLevel(logging.INFO)
+        log.addHandler(_PeeringStateHandler(metrics.peering_active, state))
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:
