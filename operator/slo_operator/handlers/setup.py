@@ -208,7 +208,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         metrics=(PrometheusAdapter(config.prometheus_url, config.prometheus_timeout,
                                    on_query=_record_query)
                  if config.prometheus_url else None),
-        settings=Settings(runtime_image=config.image, profiles=profiles),
+        settings=Settings(runtime_image=config.image, profiles=profiles,
+                          pass_interval=config.interval),
     )
     # Standalone, PEERING stays active; with peering it starts paused (kopf does too,
     # until it has read the peering object) and follows kopf's pause and resume.

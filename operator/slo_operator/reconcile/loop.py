@@ -13,14 +13,22 @@ annotations, status and Events only on change.
 
 The periodic pass runs it for every service; an SLOPolicy edit runs it for the services
 bound to that policy (``only``), so a new objective acts at once rather than a period later.
+
+The law's memory lives in status only, and status is written only when something a reader
+(or the law) uses changed, or at the heartbeat (``status.status_write``). Passes that wrote
+nothing changed nothing but time, so before deciding the loop brings the written memory up
+to the previous pass as those passes left it (``unwritten_passes``, ``resume``; the window
+history: ``fill``): the decision is the one an operator that wrote every pass would make,
+and, since nothing is kept in memory, the same after an operator restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -34,8 +42,15 @@ from slo_operator.api.models import (
     SLOPolicySpec,
     parse_duration,
 )
-from slo_operator.api.observe import Observation, ReplicaCounts, ServiceKey
+from slo_operator.api.observe import (
+    MetricsState,
+    Observation,
+    ReplicaCounts,
+    ServiceKey,
+    Signals,
+)
 from slo_operator.control import (
+    ControlPolicy,
     ControlState,
     Decision,
     GpuRequest,
@@ -54,14 +69,17 @@ from slo_operator.reconcile.desired import (
 from slo_operator.reconcile.gpu_inventory import Fleet, survey
 from slo_operator.reconcile.planner import Settings
 from slo_operator.reconcile.status import (
+    HEARTBEAT_S,
     SLOUpdate,
+    heartbeat_due,
     metrics_condition,
     observed_status,
     scaling_condition,
     slo_condition,
+    written_at,
 )
 from slo_operator.render.names import label_value, service_label
-from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record, report
+from slo_operator.slo.evaluate import Outcome, SLOHistory, evaluate_window, record, report
 from slo_operator.slo.promql import QueryPlan, build_queries
 from slo_operator.slo.signals import parse_signals, spec_for
 
@@ -192,9 +210,10 @@ def decide_all(
     results: Mapping[str, Any],
     free: Mapping[str, int],
     now: datetime,
+    interval: float = Settings.pass_interval,
 ) -> dict[ServiceKey, SLOUpdate]:
     """Every service's update for this pass (pure: results, free GPUs per pool and
-    ``now`` passed in)."""
+    ``now`` passed in; ``interval``: the seconds between periodic passes)."""
     ts = now.timestamp()
     # Series carry the service *label* (cut with a hash past 63 characters), not the name.
     by_label = {ServiceKey(s.key.namespace, service_label(s.key.name)): s for s in services}
@@ -203,13 +222,24 @@ def decide_all(
     signals = {by_label[k].key: sig
                for k, sig in parse_signals(plan, results, specs, ts).items()}
     decisions: dict[ServiceKey, Decision] = {}
+    unwritten: dict[ServiceKey, tuple[float, ...]] = {}
     requests = []
     for s in services:
         control = s.status.control or {}
         state = ControlState.from_dict(control.get("state"))
         lo, _ = initial_replicas(s.spec, s.policy)
-        decision = decide(observation(s, signals[s.key], ts),
-                          policy_for(s.policy, s.spec.replicas), state, ts)
+        policy = policy_for(s.policy, s.spec.replicas)
+        obs = observation(s, signals[s.key], ts)
+        times = unwritten[s.key] = unwritten_passes(s.status, state, ts, interval)
+        decision = decide(obs, policy, state, ts)
+        since = times if law_decided(s.status, state) else ()
+        # Replaying the unwritten passes costs a decide each: done only when this pass
+        # writes (it decides differently, or the heartbeat is due); a pass that changes
+        # nothing decides the same from the written memory as from the replayed one.
+        if since and (not settled(s.status, state, decision, policy, ts)
+                      or heartbeat_due(s.status.observed.time if s.status.observed else None,
+                                       ts)):
+            decision = decide(obs, policy, resume(s.status, state, obs, policy, since), ts)
         decisions[s.key] = decision
         hw = s.status.hardware
         requests.append(GpuRequest(
@@ -221,19 +251,21 @@ def decide_all(
         ))
     budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
     grants = arbitrate(requests, free, budgets)
-    return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now)
+    return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now,
+                           unwritten[s.key])
             for s in services}
 
 
 def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | None,
-            now: datetime) -> SLOUpdate:
+            now: datetime, unwritten: Sequence[float] = ()) -> SLOUpdate:
     ts = now.timestamp()
     control = s.status.control or {}
     window_s = float(parse_duration(s.policy.window))
     period_s = float(parse_duration(s.policy.attainment_period))
     verdict = evaluate_window(signals, s.policy.objectives)
-    history = record(SLOHistory.from_dict(control.get("slo")), verdict.outcome, ts, window_s,
-                     period_s)
+    written = SLOHistory.from_dict(control.get("slo"))
+    history = record(fill(written, unwritten, window_s, period_s), verdict.outcome, ts,
+                     window_s, period_s)
     rep = report(history, s.policy.attainment_target, period_s, ts)
     replicas = decision.replicas
     limited, limited_msg = decision.limited_reason, decision.limited_message
@@ -243,6 +275,13 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
     reason, message = decision.reason, decision.message
     if decision.limit_reason and decision.batch_limit != s.status.batch_limit:
         message += f"; batch limit: {decision.limit_reason}: {decision.limit_message}"
+    # The window history changes in something a later pass reads only with a new verdict
+    # (or a new window length): more windows of the written verdict are ``fill``'s.
+    same_windows = (written.last_index is not None and written.window_s == max(1, int(window_s))
+                    and written.outcomes[-1:] == verdict.outcome.value)
+    memory_changed = not (same_windows and same_memory(
+        ControlState.from_dict(control.get("state")), decision.state,
+        policy_for(s.policy, s.spec.replicas), ts, idle(s.status)))
     return SLOUpdate(
         replicas=replicas,
         batch_limit=decision.batch_limit,
@@ -259,7 +298,137 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
         attainment=None if rep.attainment is None else round(rep.attainment, 4),
         error_budget_remaining=(None if rep.error_budget_remaining is None
                                 else round(rep.error_budget_remaining, 4)),
+        memory_changed=memory_changed,
     )
+
+
+# ---------------------------------------------------------------- passes that wrote nothing
+
+# What an idle pass observes (no request finished, none waiting or running): the signals
+# the passes of an idle stretch saw, replayed to rebuild the memory they did not write.
+IDLE = Signals(state=MetricsState.NO_TRAFFIC, request_rate=0.0, waiting=0.0, running=0.0)
+
+
+def unwritten_passes(status: InferenceServiceStatus, state: ControlState, now: float,
+                     interval: float) -> tuple[float, ...]:
+    """When the passes since the loop last wrote ``status`` ran (every ``interval``
+    seconds back from ``now``, ``now`` excluded), oldest first.
+
+    None of them wrote: each found nothing a reader uses changed, so each decided and
+    judged as the written status says. A status older than a heartbeat and two passes was
+    not left unwritten by passes (the heartbeat would have written it): the loop did not
+    run (operator down), and there is nothing to replay.
+    """
+    written = written_at(status.observed.time if status.observed else None)
+    if written is None or now - written > HEARTBEAT_S + 2 * interval:
+        return ()
+    # observed.time has whole seconds; the law's own stamp of that pass has milliseconds.
+    start = state.last_time if law_decided(status, state) else written + 0.5
+    assert start is not None  # law_decided guarantees it
+    n = math.floor((now - start - interval / 2) / interval)
+    return tuple(now - k * interval for k in range(max(0, n), 0, -1))
+
+
+def law_decided(status: InferenceServiceStatus, state: ControlState) -> bool:
+    """Whether the last written pass was a valid decision (the memory's ``lastTime`` is
+    that pass): the unwritten passes since decided too, as their conditions were the
+    same. Otherwise the law held, and its memory did not move on those passes either."""
+    written = written_at(status.observed.time if status.observed else None)
+    last = state.last_time
+    return written is not None and last is not None and written - 0.01 <= last < written + 1.01
+
+
+def resume(status: InferenceServiceStatus, state: ControlState, obs: Observation,
+           policy: ControlPolicy, times: Sequence[float]) -> ControlState:
+    """The law's memory as the unwritten passes at ``times`` left it.
+
+    An idle stretch (the written signals say NoTraffic) is replayed through ``decide``
+    itself with idle signals: its rate samples (zeros, which the burst and trend headroom
+    of the next busy pass count), the stamps and the window of wishes come out exactly as
+    the law keeps them. Otherwise only time moved in what a later pass reads (a pass that
+    moved anything else was written): the last decision and the newest run of wishes are
+    stamped with the last unwritten pass.
+    """
+    if not times:
+        return state
+    if idle(status):
+        for t in times:
+            state = decide(replace(obs, now=t, signals=IDLE), policy, state, t).state
+        return state
+    last = times[-1]
+    recs = state.recommendations
+    if recs and recs[-1][0] < last:
+        recs = (*recs[:-1], (last, recs[-1][1]))
+    return state.evolve(recommendations=recs, last_time=max(last, state.last_time or last),
+                        last_good_time=max(last, state.last_good_time or last))
+
+
+def fill(history: SLOHistory, times: Sequence[float], window_s: float,
+         period_s: float) -> SLOHistory:
+    """The window history with the windows of the unwritten passes at ``times`` judged as
+    the newest written window was (those passes found the same verdict: a different one
+    is a change of ``sloCompliant``, which is written at once); windows no pass saw stay
+    unknown, as ``record`` leaves them."""
+    w = max(1, int(window_s))
+    if not times or history.last_index is None or history.window_s != w \
+            or not history.outcomes:
+        return history
+    seen = {math.floor(t / w) for t in times}
+    newest = max(seen)
+    if newest <= history.last_index:
+        return history
+    keep = max(1, int(period_s) // w)
+    start = max(history.last_index + 1, newest - keep + 1)
+    added = "".join(history.outcomes[-1] if i in seen else Outcome.UNKNOWN.value
+                    for i in range(start, newest + 1))
+    return SLOHistory(w, newest, (history.outcomes + added)[-keep:])
+
+
+def idle(status: InferenceServiceStatus) -> bool:
+    """Whether the written signals say no request finished, waited or ran (NoTraffic)."""
+    return status.observed is not None and status.observed.state == MetricsState.NO_TRAFFIC
+
+
+def settled(status: InferenceServiceStatus, state: ControlState, decision: Decision,
+            policy: ControlPolicy, now: float) -> bool:
+    """Whether ``decision`` repeats the written one (replicas, limit, reason) and leaves
+    the law's memory as written but for what time alone moves (``same_memory``)."""
+    last = status.last_decisions[-1] if status.last_decisions else None
+    return last is not None and (last.replicas, last.batch_limit, last.reason) == (
+        decision.replicas, decision.batch_limit, decision.reason) and same_memory(
+        state, decision.state, policy, now, idle(status))
+
+
+def same_memory(written: ControlState, new: ControlState, policy: ControlPolicy,
+                now: float, idle: bool = False) -> bool:
+    """Whether ``new`` differs from the ``written`` memory only in what passing time moves,
+    so that deciding from either (``resume`` brings the written one forward) comes to the
+    same: the stamps of the last pass (``lastTime``, ``lastGood.time``), the last time of
+    the newest run of equal wishes, what fell out of the law's windows (wishes past the
+    stabilization windows, rates past the burst lookback) and, while ``idle`` (a stretch
+    ``resume`` replays), more zero rate samples. Elsewhere a new rate sample is a change
+    even when it repeats the last: the burst headroom counts samples. Compared as
+    written (``to_dict``'s rounding)."""
+    return _memory(written, policy, now, idle) == _memory(new, policy, now, idle)
+
+
+def _memory(state: ControlState, policy: ControlPolicy, now: float,
+            idle: bool) -> dict[str, Any]:
+    d = state.to_dict()
+    d.pop("lastTime", None)
+    if "lastGood" in d:
+        d["lastGood"] = {k: v for k, v in d["lastGood"].items() if k != "time"}
+    # A pass that makes the newest wish again only restamps it; older wishes count while
+    # inside the stabilization windows.
+    horizon = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
+    *older, newest = d.get("recommendations") or [[None, None]]
+    d["recommendations"] = [[t, n] for t, n in older if now - t <= horizon] + [
+        [None, newest[1]]]
+    rates = [[t, r] for t, r in d.get("rates", []) if now - t <= policy.burst_lookback_s]
+    while idle and len(rates) > 1 and rates[-1][1] == rates[-2][1] == 0:
+        rates.pop()  # a run of zeros: its first sample (when it began) stands for it
+    d["rates"] = rates
+    return d
 
 
 async def observe_and_decide(
@@ -283,6 +452,7 @@ async def observe_and_decide(
         return {}
     plan = query_plan(services)
     results = await metrics.run({q.name: q.expr for q in plan.queries}, now.timestamp())
+    interval = (settings or Settings()).pass_interval
     # Parsing and deciding for many services is CPU work: keep it off the event loop.
     return await asyncio.to_thread(decide_all, services, plan, results,
-                                   free_by_pool(fleet, services), now)
+                                   free_by_pool(fleet, services), now, interval)

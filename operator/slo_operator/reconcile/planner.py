@@ -6,8 +6,9 @@ pass's :class:`Fleet` (free GPUs as a value), what was last applied (a read-only
 the ``AppliedCache``) and ``now``; it calls no client and reads no clock. It returns a
 :class:`ReconcilePlan`: the actions in the order they are to be made (server-side applies
 only for objects whose rendering changed, deletes of retired variants, the live limit
-only on pods that differ, the status only when it changed, Events only on transitions)
-and what the handler needs afterwards. ``executor.execute`` performs them.
+only on pods that differ, the status only when something a reader uses changed or at the
+heartbeat (``status.status_write``), Events only on transitions) and what the handler
+needs afterwards. ``executor.execute`` performs them.
 
 An apply the API server refuses stops the plan there: nothing after it is touched (the
 replicas that run keep serving), and the status and Events of :meth:`Refusal.report`
@@ -67,8 +68,10 @@ from slo_operator.reconcile.status import (
     policy_condition,
     problem_conditions,
     rollout_conditions,
+    status_write,
 )
 from slo_operator.render.objects import LABEL_VARIANT, build_all
+from slo_operator.settings import OperatorSettings
 
 # Seconds before a service that waits (a missing policy, an unplannable spec, a refused
 # object in its back-off) is reconciled again.
@@ -79,16 +82,20 @@ RETRY_REFUSED_S = 30.0
 
 @dataclass(frozen=True)
 class Settings:
-    """Operator-wide settings the reconciler needs."""
+    """Operator-wide settings the reconciler needs. ``pass_interval``: seconds between
+    periodic passes (``OperatorSettings.interval``); the SLO loop replays the passes that
+    wrote no status at this spacing (``loop.unwritten_passes``)."""
 
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
     profiles: tuple[NodeProfile, ...] = ()
+    pass_interval: float = OperatorSettings.interval
 
 
 @dataclass(frozen=True)
 class Report:
-    """A service's new status and the writes that report it: the status patch (only when
-    it changed), then the Events (actions first, then condition transitions)."""
+    """A service's status after the reconcile and the writes that report it: the status
+    patch (only when ``status_write`` finds a reason; otherwise ``status`` is the written
+    one, unchanged), then the Events (actions first, then condition transitions)."""
 
     status: dict[str, Any]
     actions: tuple[Action, ...]
@@ -101,21 +108,45 @@ def report(
     conds: Sequence[Cond],
     now: datetime,
     announce: Sequence[EventSpec] = (),
+    update: SLOUpdate | None = None,
 ) -> Report:
-    """The status with ``conds`` merged in, a status patch when it differs from ``old``,
-    and Events for ``announce`` (scale and batch-limit actions, placement) and for the
-    conditions that flipped."""
+    """The status with ``conds`` merged in, a status patch when ``status_write`` says it
+    must replace ``old`` (``update``: the SLO pass's, for its memory flag and the
+    heartbeat), and Events for ``announce`` (scale and batch-limit actions, placement)
+    and for the conditions that flipped."""
     meta = body["metadata"]
     final = new.model_copy(deep=True)
     final.conditions = merge_conditions(old.conditions, conds, now, meta.get("generation"))
-    status = dump(final)
+    status, written = dump(final), dump(old)
     actions: list[Action] = []
-    if status != dump(old):
-        actions.append(PatchStatus("InferenceService", meta["namespace"], meta["name"], status))
+    if status_write(written, status, now, loop=update is not None,
+                    memory_changed=update is not None and update.memory_changed):
+        actions.append(PatchStatus("InferenceService", meta["namespace"], meta["name"],
+                                   merge_patch(written, status)))
+    else:
+        # Nothing a reader uses moved: the written status stays, per-pass times included,
+        # and is what the next pass starts from.
+        status = written
     ref = ObjectRef.of(body)
     for ev in [*announce, *choose_events(transitions(old.conditions, final.conditions))]:
         actions.append(PostEvent(ref, ev.type, ev.reason, ev.message, now))
     return Report(status, tuple(actions))
+
+
+def merge_patch(written: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` as the JSON merge patch that leaves exactly it where ``written`` is: a
+    merge patch keeps every key it does not name, so what ``status`` no longer has (a
+    placement reason, a verdict gone unknown, a signal gone missing, a key of the loop's
+    memory) is sent as null, in nested objects too; lists are replaced whole. Keys this
+    operator does not model (kopf's ``status.kopf``) are not in ``written`` and stay."""
+    out = dict(status)
+    for key, old in written.items():
+        new = status.get(key)
+        if key not in status:
+            out[key] = None
+        elif isinstance(old, Mapping) and isinstance(new, Mapping):
+            out[key] = merge_patch(old, new)
+    return out
 
 
 @dataclass(frozen=True)
@@ -301,6 +332,6 @@ def plan_reconcile(
         new.last_decisions = append_decision(old_status.last_decisions, DecisionRecord(
             time=rfc3339(now), replicas=replicas, batch_limit=limit, reason=update.reason,
             message=update.message[:1024]))
-    rep = report(body, old_status, new, conds, now, announce)
+    rep = report(body, old_status, new, conds, now, announce, update)
     return ReconcilePlan((*applies, *deletes, *patches, *rep.actions), rep.status, left, now,
                          refusal=refusal if applies else None)

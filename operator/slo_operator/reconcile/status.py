@@ -1,14 +1,18 @@
 """Status of an InferenceService computed from observations (pure).
 
 Conditions and the Events that announce them are chosen here, from values passed in;
-``service`` only moves the results to the Kubernetes adapter.
+``service`` only moves the results to the Kubernetes adapter. So is the rule that says
+when a new status is worth a write (:func:`status_write`): only when something a reader
+uses changed, or at the :data:`HEARTBEAT_S` heartbeat; docs/status-and-events.md explains it.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,9 +23,12 @@ from slo_operator.api.conditions import Cond, rfc3339
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import Condition, DecisionRecord, ObservedStatus, SLOPolicySpec
 from slo_operator.api.observe import MetricsState, Signals
+from slo_operator.control import reasons as R
 from slo_operator.slo.evaluate import Outcome, Verdict
 
 __all__ = [
+    "AT_REST",
+    "HEARTBEAT_S",
     "DeploymentObs",
     "EventSpec",
     "PodObs",
@@ -30,6 +37,7 @@ __all__ = [
     "append_decision",
     "choose_events",
     "hardware_condition",
+    "heartbeat_due",
     "metrics_condition",
     "observed_status",
     "policy_condition",
@@ -37,6 +45,8 @@ __all__ = [
     "rollout_conditions",
     "scaling_condition",
     "slo_condition",
+    "status_write",
+    "written_at",
 ]
 
 
@@ -142,14 +152,24 @@ class EventSpec:
     message: str
 
 
+# ScalingLimited reasons that leave the service more replicas than its load needs (resting
+# at minReplicas, a scale-down taken one step at a time): a bound holds, but nothing is
+# wrong, so their transitions post Normal Events. The others (maxReplicas, the scale-up
+# step, the GPU budget, no free GPUs, Pending pods, an unreachable target) are Warnings.
+AT_REST = frozenset({R.TOO_FEW_REPLICAS, R.SCALE_DOWN_LIMIT})
+
+
 def choose_events(changed: Sequence[Condition]) -> list[EventSpec]:
     """Events for condition transitions: Warning for problems, Normal for the states a user
     watches (Ready, HardwareResolved, SLOCompliant, MetricsAvailable, ScalingLimited);
-    bookkeeping conditions (Progressing, SpecValid and PolicyBound when True) post none."""
+    bookkeeping conditions (Progressing, SpecValid and PolicyBound when True) post none.
+    ScalingLimited for a bound that only keeps more replicas than needed (:data:`AT_REST`)
+    is Normal."""
     out = []
     for c in changed:
+        at_rest = c.type == C.SCALING_LIMITED and c.reason in AT_REST
         warn = (c.type in C.WARN_WHEN_FALSE and c.status == "False") or (
-            c.type in C.WARN_WHEN_TRUE and c.status == "True"
+            c.type in C.WARN_WHEN_TRUE and c.status == "True" and not at_rest
         ) or c.reason in C.WARNING_REASONS
         if warn:
             out.append(EventSpec("Warning", c.reason, c.message))
@@ -198,7 +218,8 @@ def scaling_condition(reason: str | None, message: str) -> Cond:
 
 
 def observed_status(signals: Signals, now: datetime) -> ObservedStatus:
-    """The signals shown in status, rounded so that noise alone rewrites status less."""
+    """The signals shown in status, rounded to three significant digits (whether they are
+    worth a write is :func:`status_write`'s business)."""
     return ObservedStatus.model_validate({
         "e2eMs": _round(signals.e2e_ms),
         "ttftMs": _round(signals.ttft_ms),
@@ -243,6 +264,10 @@ class SLOUpdate:
     slo_compliant: bool | None = None
     attainment: float | None = None
     error_budget_remaining: float | None = None
+    # Whether ``control`` (the loop's memory) differs from the written one in something a
+    # later pass reads, not only in what time alone moves (``loop.same_memory``); when it
+    # does, the status is written even if nothing a user reads changed.
+    memory_changed: bool = True
 
 
 def action_events(old_replicas: int | None, new_replicas: int, old_limit: int | None,
@@ -256,3 +281,104 @@ def action_events(old_replicas: int | None, new_replicas: int, old_limit: int | 
         out.append(EventSpec("Normal", C.BATCH_LIMIT_CHANGED,
                              f"Batch limit changed from {old_limit} to {new_limit}: {why}"))
     return out
+
+
+# ---------------------------------------------------------------- when status is written
+
+# The longest a service's status goes unwritten while the SLO loop runs: when nothing a
+# reader uses changed, this heartbeat still refreshes ``observed`` (its ``time`` says how
+# fresh the signals are) and the loop's memory at least this often. Five minutes: small
+# enough that a reader never looks at signals older than a few minutes and that a memory
+# read back after a restart is at most that old, large enough that an idle fleet of 1,000
+# services costs the API server about 3 status writes a second instead of 50 (a 20 s pass).
+HEARTBEAT_S = 300.0
+# A signal in ``observed`` counts as moved when it differs from the written value by more
+# than this share of it and by more than its floor: noise around a steady value never
+# rewrites status, a real move (a load 10 % higher, a P99 that doubled) does at once.
+OBSERVED_SHARE = 0.1
+OBSERVED_FLOOR = {"e2eMs": 1.0, "ttftMs": 1.0, "interTokenMs": 0.5, "throughputCV": 0.02,
+                  "requestRate": 0.05, "queue": 1.0, "running": 1.0, "kvCacheUsage": 0.05}
+# Attainment and error budget count as moved from a tenth of a point (0.001).
+FRACTION_STEP = 0.001
+# Conditions whose messages quote the pass's measurements ("e2e 412ms > 400ms"): compared
+# with their numbers masked, so a message that only re-quotes a jittering value waits for
+# the next write; a change of status, reason or words is written at once.
+MEASURED_CONDITIONS = frozenset({C.SLO_COMPLIANT, C.METRICS_AVAILABLE, C.SCALING_LIMITED})
+_NUMBER = re.compile(r"(?<![\w.-])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# Compared apart (with tolerances, masks or the memory flag); the rest of status exactly.
+_APART = ("observed", "control", "attainment", "errorBudgetRemaining", "conditions")
+
+
+def written_at(stamp: str | None) -> float | None:
+    """``observed.time`` (when the SLO loop last wrote the status, whole seconds) in
+    seconds since the epoch; None before its first write."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def heartbeat_due(stamp: str | None, now: float) -> bool:
+    """Whether the loop's status, written at ``observed.time`` ``stamp``, is
+    :data:`HEARTBEAT_S` old (or was never written)."""
+    t = written_at(stamp)
+    return t is None or now - t >= HEARTBEAT_S
+
+
+def status_write(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime,
+                 loop: bool = False, memory_changed: bool = False) -> str | None:
+    """Why ``new`` must replace the written status ``old`` (wire forms), or None when the
+    written one still tells every reader the truth.
+
+    Written at once: any change of the decision (replicas, batch limit, ``lastDecisions``),
+    the conditions (status, reason, message; numbers masked in :data:`MEASURED_CONDITIONS`),
+    ``sloCompliant``, hardware, engine, variants, placement or generation; a signal of
+    ``observed`` or its state beyond :data:`OBSERVED_SHARE` and its floor; attainment or
+    error budget beyond :data:`FRACTION_STEP`; the loop's memory when ``memory_changed``.
+    Per-pass times (``observed.time``, the memory's own stamps) never count by themselves.
+    ``loop``: ``new`` comes from an SLO pass, which also writes at the heartbeat.
+    """
+    rest = {k: v for k, v in old.items() if k not in _APART}
+    if rest != {k: v for k, v in new.items() if k not in _APART}:
+        return "changed"
+    if _conditions(old) != _conditions(new):
+        return "conditions"
+    if _moved_signals(old.get("observed"), new.get("observed")):
+        return "observed"
+    for key in ("attainment", "errorBudgetRemaining"):
+        a, b = old.get(key), new.get(key)
+        if (a is None) != (b is None) or (a is not None and abs(b - a) >= FRACTION_STEP):
+            return key
+    if memory_changed or (new.get("control") is not None) != (old.get("control") is not None):
+        return "memory"
+    if loop and heartbeat_due((old.get("observed") or {}).get("time"), now.timestamp()):
+        return "heartbeat"
+    return None
+
+
+def _conditions(status: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    out = []
+    for c in status.get("conditions") or []:
+        message = c.get("message", "")
+        if c.get("type") in MEASURED_CONDITIONS:
+            message = _NUMBER.sub("#", message)
+        out.append((c.get("type"), c.get("status"), c.get("reason"), message,
+                    c.get("lastTransitionTime"), c.get("observedGeneration")))
+    return out
+
+
+def _moved_signals(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    if old.get("state") != new.get("state"):
+        return True
+    for key, floor in OBSERVED_FLOOR.items():
+        a, b = old.get(key), new.get(key)
+        if (a is None) != (b is None):
+            return True
+        if a is not None and b is not None and not (
+                math.isclose(a, b, rel_tol=OBSERVED_SHARE, abs_tol=floor)):
+            return True
+    return False

@@ -6,6 +6,8 @@ No API client anywhere: the planner is pure, so each row states the writes a rec
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,10 +16,27 @@ import pytest
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import Snapshot
-from slo_operator.reconcile.actions import Apply, PostEvent, describe
+from slo_operator.api.conditions import Cond, rfc3339
+from slo_operator.api.models import InferenceServiceStatus, ObservedStatus
+from slo_operator.api.observe import ServiceKey
+from slo_operator.control import ControlState
+from slo_operator.control import reasons as R
+from slo_operator.reconcile import planner
+from slo_operator.reconcile.actions import Apply, PatchStatus, PostEvent, describe
+from slo_operator.reconcile.loop import (
+    fill,
+    law_decided,
+    observe_and_decide,
+    same_memory,
+    unwritten_passes,
+)
 from slo_operator.reconcile.planner import ReconcilePlan, Settings, plan_reconcile
 from slo_operator.reconcile.ports import AppliedCache
-from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.reconcile.status import HEARTBEAT_S, SLOUpdate
+from slo_operator.slo.evaluate import SLOHistory
+from tests.operator.control.control_support import make_policy as control_policy
+from tests.operator.reconcile.prom_fake import FakeMetrics, Load
+from tests.operator.reconcile.test_loop import planned
 from tests.operator.reconcile.test_service import (
     NOW,
     NS,
@@ -75,6 +94,37 @@ WITH_LEGACY = replace(
                                         "": LEGACY}})
 
 
+def slo_pass(at: datetime, **changes: Any) -> SLOUpdate:
+    """What an SLO pass at ``at`` decides for the settled service when nothing changed: the
+    same decision, conditions, signals and memory; only the pass's own times move."""
+    base = SLOUpdate(
+        replicas=2, batch_limit=256, reason="Steady", message="load 5.00 req/s",
+        conds=(Cond(C.METRICS_AVAILABLE, True, C.METRICS_OK, "latency from gateway"),
+               Cond(C.SLO_COMPLIANT, True, C.SLO_MET, "all objectives met"),
+               Cond(C.SCALING_LIMITED, False, C.WITHIN_BOUNDS, "The decision was not clipped")),
+        observed=ObservedStatus.model_validate({"e2eMs": 400.0, "ttftMs": 80.0,
+                                                "requestRate": 5.0, "state": "OK",
+                                                "time": rfc3339(at)}),
+        control={"state": {"v": 1, "lastTime": at.timestamp(), "correction": 1.0},
+                 "slo": {"windowSeconds": 60, "runs": "g1",
+                         "lastIndex": int(at.timestamp() // 60)}},
+        slo_compliant=True, attainment=1.0, error_budget_remaining=1.0, memory_changed=False)
+    return replace(base, **changes)
+
+
+# The settled service after its first SLO pass (at LATER) was written.
+DECIDED = plan_reconcile(settled(), SETTLED, LATER, Settings(), applied_after(FIRST),
+                         slo_pass(LATER, memory_changed=True))
+
+
+def decided() -> dict[str, Any]:
+    return make_isvc(status=dict(DECIDED.status))
+
+
+PASS = LATER + timedelta(seconds=20)
+BEAT = LATER + timedelta(seconds=HEARTBEAT_S)
+
+
 @dataclass(frozen=True)
 class Row:
     body: dict[str, Any]
@@ -126,6 +176,53 @@ class Row:
             ["status InferenceService/chat"], [("Warning", C.APPLY_FAILED)], 30,
             id="an-object-refused-lately-is-not-sent-again-and-the-status-says-why"),
         pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST), slo_pass(PASS), now=PASS),
+            [], [], None,
+            id="an-slo-pass-over-an-unchanged-service-plans-no-status-patch"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(PASS, observed=ObservedStatus.model_validate(
+                    {"e2eMs": 420.0, "ttftMs": 77.0, "requestRate": 5.2, "state": "OK",
+                     "time": rfc3339(PASS)})), now=PASS),
+            [], [], None, id="signals-jittering-around-their-written-values-plan-no-patch"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(BEAT - timedelta(seconds=1)), now=BEAT - timedelta(seconds=1)),
+            [], [], None, id="no-heartbeat-before-its-period"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST), slo_pass(BEAT), now=BEAT),
+            ["status InferenceService/chat"], [], None,
+            id="the-heartbeat-writes-the-unchanged-status-after-its-period"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST), slo_pass(PASS, memory_changed=True),
+                now=PASS),
+            ["status InferenceService/chat"], [], None,
+            id="a-memory-the-law-reads-differently-is-written-at-once"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(PASS, batch_limit=48, reason=R.LIMIT_LOWERED), now=PASS),
+            ["patch Pod/p-1 limit=48", "patch Pod/p-2 limit=48", "status InferenceService/chat"],
+            [("Normal", C.BATCH_LIMIT_CHANGED)], None,
+            id="a-changed-decision-writes-at-once"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(PASS, conds=(Cond(C.SLO_COMPLIANT, False, C.SLO_MISSED,
+                                           "e2e 900ms > 800ms"),)), now=PASS),
+            ["status InferenceService/chat"], [("Warning", C.SLO_MISSED)], None,
+            id="a-missed-objective-writes-at-once-and-warns"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(PASS, conds=(Cond(C.SCALING_LIMITED, True, R.TOO_FEW_REPLICAS,
+                                           "the load needs 0; minReplicas is 2"),)), now=PASS),
+            ["status InferenceService/chat"], [("Normal", R.TOO_FEW_REPLICAS)], None,
+            id="resting-at-min-replicas-posts-no-warning"),
+        pytest.param(
+            Row(decided(), SETTLED, applied_after(FIRST),
+                slo_pass(PASS, conds=(Cond(C.SCALING_LIMITED, True, R.TOO_MANY_REPLICAS,
+                                           "the load needs 5; maxReplicas is 2"),)), now=PASS),
+            ["status InferenceService/chat"], [("Warning", R.TOO_MANY_REPLICAS)], None,
+            id="max-replicas-while-the-load-needs-more-warns"),
+        pytest.param(
             Row(make_isvc(policy="absent"), SETTLED, now=NOW),
             ["status InferenceService/chat"],
             [("Warning", C.POLICY_NOT_FOUND), ("Warning", C.POLICY_NOT_FOUND)], 30,
@@ -169,3 +266,167 @@ def test_the_writes_come_in_the_order_the_executor_must_keep() -> None:
     order = ["Apply", "Delete", "PatchPodLimit", "PatchStatus", "PostEvent"]
     assert kinds == sorted(kinds, key=order.index)
     assert set(kinds) == set(order)
+
+
+def test_an_unwritten_pass_leaves_the_written_status_as_it_was() -> None:
+    """The next pass starts from what the API server holds: the plan's status is the
+    written one, per-pass times included, not the one computed and not written."""
+    body = decided()
+    plan = plan_reconcile(body, SETTLED, PASS, Settings(), applied_after(FIRST), slo_pass(PASS))
+    assert plan.actions == ()
+    assert plan.status == body["status"]
+    assert plan.status["observed"]["time"] == rfc3339(LATER)
+
+
+def test_what_a_status_no_longer_has_is_deleted_not_left_behind() -> None:
+    """A merge patch keeps what it does not name: a verdict gone unknown and a signal gone
+    missing are sent as null, so the API server drops them (else every later pass would
+    find them again and write again)."""
+    gone = slo_pass(PASS, slo_compliant=None, attainment=None, observed=ObservedStatus.
+                    model_validate({"e2eMs": 400.0, "requestRate": 5.0, "state": "OK",
+                                    "time": rfc3339(PASS)}))
+    plan = plan_reconcile(decided(), SETTLED, PASS, Settings(), applied_after(FIRST), gone)
+    (patch,) = [a.status for a in plan.actions if isinstance(a, PatchStatus)]
+    assert patch["sloCompliant"] is None and patch["attainment"] is None
+    assert patch["observed"]["ttftMs"] is None and patch["observed"]["e2eMs"] == 400.0
+    assert "sloCompliant" not in plan.status and "ttftMs" not in plan.status["observed"]
+    assert {k for k, v in patch.items() if v is None} == {"sloCompliant", "attainment"}
+
+
+KEY = ServiceKey("team-a", "chat")
+IDLE = Load(rate=0.0, waiting=0.0, running=0.0, kv=0.0)
+BUSY = Load(rate=80.0, e2e_s=1.0, ttft_s=0.08, waiting=5.0, running=60.0)  # misses e2e
+STEADY = Load(rate=50.0, e2e_s=0.4, ttft_s=0.08, running=30.0)
+LOW = Load(rate=4.0, e2e_s=0.3, ttft_s=0.06, running=2.0)
+# Idle for 13 minutes, a burst of load, a long steady load (its memory settles, then
+# passes go unwritten), less load (a scale-down waits out its stabilization), idle again.
+SCRIPT = [IDLE] * 40 + [BUSY] * 20 + [STEADY] * 45 + [LOW] * 25 + [IDLE] * 30
+
+
+def run_passes(every_pass: bool, monkeypatch: pytest.MonkeyPatch, window: str = "120s",
+               scaling: dict[str, Any] | None = None
+               ) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """Periodic passes (20 s apart) of the SLO loop and the planner over SCRIPT: the
+    decisions (replicas, limit, reason), SLO verdicts and reports (attainment, error
+    budget) and the status writes. Each pass reads back only
+    what the API server holds (the last written status, through JSON): nothing else
+    carries over, which is also all an operator restarted between two passes would read.
+    ``every_pass``: write the status on every pass, as before status writes waited for a
+    change. Returns the decisions and the passes (indexes into SCRIPT) that wrote."""
+    if every_pass:
+        monkeypatch.setattr(planner, "status_write", lambda *_, **__: "every pass")
+    else:
+        monkeypatch.undo()
+    body, snap, applied = planned(replicas=1, window=window)
+    if scaling is not None:
+        snap.policies[(KEY.namespace, "gold")]["spec"]["scaling"] = scaling
+    settings = Settings(pass_interval=20.0)
+    decisions, writes = [], []
+    for k, load in enumerate(SCRIPT):
+        now = NOW + timedelta(seconds=20 * (k + 1))
+        snap = replace(snap, services={(KEY.namespace, KEY.name): body})
+        update = asyncio.run(observe_and_decide(FakeMetrics({KEY: load}, window=window), snap,
+                                                now, settings))[KEY]
+        plan = plan_reconcile(body, snap, now, settings, applied, update)
+        if any(isinstance(a, PatchStatus) for a in plan.actions):
+            writes.append(k)
+        body = {**body, "status": json.loads(json.dumps(plan.status))}
+        decisions.append((update.replicas, update.batch_limit, update.reason,
+                          update.slo_compliant, update.attainment,
+                          update.error_budget_remaining))
+    return decisions, writes
+
+
+def test_a_status_written_only_on_change_decides_as_one_written_every_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The law's memory moves on unwritten passes only in what time moves (stamps, more
+    zero rate samples while idle, the same window verdict): the loop replays those passes
+    before deciding, so the burst after an idle stretch gets the same burst and trend
+    headroom, and a scale-down the same stabilization, as with a write on every pass."""
+    reference, every = run_passes(True, monkeypatch)
+    lazy, writes = run_passes(False, monkeypatch)
+    assert lazy == reference
+    assert len(every) == len(SCRIPT)
+    # The burst scales out (so the comparison covers the replayed idle stretch's effect).
+    assert max(r for r, *_ in lazy) > 3
+    # Idle at minReplicas: the first pass writes, the decision's reason changes once
+    # (Stabilizing until the first scale-down window ends, then NoTraffic), then only the
+    # heartbeat 300 s (15 passes) later. Busy, the law's memory moves (a new rate sample
+    # every other pass with a 120 s window), and so does the status.
+    assert [k for k in writes if k < 40] == [0, 14, 29], writes
+    assert lazy[13][2] == R.STABILIZING and lazy[14][2] == R.NO_TRAFFIC
+
+
+def test_without_stabilization_windows_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 60 s window (a rate sample every pass) and no stabilization at all: the law keeps
+    only its newest wish, and an idle service still writes only at the heartbeat."""
+    fast = {"minReplicas": 1, "maxReplicas": 8, "scaleDownStabilization": "0s"}
+    reference, _ = run_passes(True, monkeypatch, "60s", fast)
+    lazy, writes = run_passes(False, monkeypatch, "60s", fast)
+    assert lazy == reference
+    assert [k for k in writes if k < 40] == [0, 15, 30], writes
+
+
+# ---------------------------------------------------------------- reading back what was not written
+
+W0 = NOW.timestamp()  # the loop last wrote at W0 (observed.time)
+
+
+def loop_status(state: str = "OK") -> InferenceServiceStatus:
+    return InferenceServiceStatus.model_validate(
+        {"observed": {"state": state, "time": rfc3339(NOW)}})
+
+
+@pytest.mark.parametrize(
+    ("last_time", "after", "want"),
+    [
+        pytest.param(W0 + 0.4, 20.0, (), id="the-previous-pass-wrote-nothing-to-replay"),
+        pytest.param(W0 + 0.4, 80.0, (W0 + 20, W0 + 40, W0 + 60),
+                     id="three-unwritten-passes-every-interval-back-from-now"),
+        pytest.param(None, 80.0, (W0 + 20, W0 + 40, W0 + 60),
+                     id="held-passes-count-from-observed-time"),
+        pytest.param(W0 + 0.4, HEARTBEAT_S + 41.0, (),
+                     id="longer-than-a-heartbeat-the-loop-did-not-run"),
+    ],
+)
+def test_unwritten_passes(last_time: float | None, after: float,
+                          want: tuple[float, ...]) -> None:
+    state = ControlState(last_time=last_time)
+    got = unwritten_passes(loop_status(), state, W0 + after + 0.4, 20.0)
+    assert got == pytest.approx(tuple(t + 0.4 for t in want))
+    assert law_decided(loop_status(), state) is (last_time is not None)
+
+
+def test_windows_of_unwritten_passes_keep_the_written_verdict() -> None:
+    """Unwritten passes judged as the newest written window (a new verdict is written at
+    once); a window no pass saw stays unknown, as ``record`` leaves it."""
+    written = SLOHistory(60, 100, "bg")
+    passes = (101 * 60 + 5.0, 101 * 60 + 25.0, 103 * 60 + 5.0)  # none in window 102
+    got = fill(written, passes, 60.0, 3600.0)
+    assert (got.last_index, got.outcomes) == (103, "bggug")
+    assert fill(written, passes, 120.0, 3600.0) == written  # re-windowed: starts over
+    assert fill(written, (100 * 60 + 30.0,), 60.0, 3600.0) == written
+    assert fill(written, passes, 60.0, 180.0).outcomes == "gug"  # the period's windows
+
+
+def test_only_time_moved_in_an_idle_memory() -> None:
+    policy = control_policy()  # scale-down stabilization 300 s
+    written = ControlState(last_time=W0, last_good_replicas=1, last_good_time=W0,
+                           recommendations=((W0 - 400, 3), (W0, 1)),
+                           rates=((W0 - 30, 0.0), (W0, 0.0)), last_waiting=0.0)
+    later = W0 + 60
+    moved = written.evolve(last_time=later, last_good_time=later,
+                           recommendations=((later, 1),),
+                           rates=(*written.rates, (W0 + 20, 0.0), (later, 0.0)))
+    assert same_memory(written, moved, policy, later, idle=True)
+    # Busy, a repeated rate sample counts: the burst headroom counts samples.
+    assert not same_memory(written, moved, policy, later, idle=False)
+    # With no stabilization window the law keeps only the newest wish: still the same.
+    instant = replace(policy, scale_up_stabilization_s=0.0, scale_down_stabilization_s=0.0)
+    assert same_memory(written, moved, instant, later, idle=True)
+    for changed in (moved.evolve(recommendations=((later, 2),)),
+                    moved.evolve(rates=(*moved.rates, (later + 1, 4.0))),
+                    moved.evolve(correction=0.95),
+                    moved.evolve(last_waiting=3.0),
+                    moved.evolve(last_good_replicas=2)):
+        assert not same_memory(written, changed, policy, later, idle=True)

@@ -1,8 +1,10 @@
-"""Which condition transitions post Events, and of which type (pure)."""
+"""Which condition transitions post Events, and of which type; when a status is worth a
+write (pure)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -10,17 +12,22 @@ from slo_operator.api import conditions as C
 from slo_operator.api.conditions import Cond
 from slo_operator.api.models import Condition, DecisionRecord
 from slo_operator.api.observe import MetricsState, Signals
+from slo_operator.control import reasons as R
 from slo_operator.reconcile.status import (
+    HEARTBEAT_S,
     EventSpec,
     action_events,
     append_decision,
     choose_events,
     hardware_condition,
+    heartbeat_due,
     metrics_condition,
     observed_status,
     policy_condition,
     scaling_condition,
     slo_condition,
+    status_write,
+    written_at,
 )
 from slo_operator.slo.evaluate import Outcome, Verdict
 
@@ -47,6 +54,16 @@ def cond(ctype: str, status: str, reason: str) -> Condition:
                      id="metrics-outage-warns"),
         pytest.param(cond(C.SCALING_LIMITED, "True", "AtMaxReplicas"), "Warning",
                      id="scaling-limited-warns"),
+        pytest.param(cond(C.SCALING_LIMITED, "True", R.TOO_MANY_REPLICAS), "Warning",
+                     id="max-replicas-while-the-load-needs-more-warns"),
+        pytest.param(cond(C.SCALING_LIMITED, "True", R.GPU_BUDGET), "Warning",
+                     id="gpu-budget-warns"),
+        pytest.param(cond(C.SCALING_LIMITED, "True", R.NO_GPUS), "Warning",
+                     id="no-free-gpus-warns"),
+        pytest.param(cond(C.SCALING_LIMITED, "True", R.TOO_FEW_REPLICAS), "Normal",
+                     id="resting-at-min-replicas-is-normal-not-a-warning"),
+        pytest.param(cond(C.SCALING_LIMITED, "True", R.SCALE_DOWN_LIMIT), "Normal",
+                     id="a-scale-down-one-step-at-a-time-is-normal"),
         pytest.param(cond(C.SCALING_LIMITED, "False", C.WITHIN_BOUNDS), "Normal",
                      id="scaling-unlimited-is-normal"),
         pytest.param(cond(C.SLO_COMPLIANT, "Unknown", C.AWAITING_METRICS), "Normal",
@@ -161,3 +178,131 @@ def test_hardware_condition_says_conservative_only_for_unknown_products() -> Non
 def test_usable_metrics_never_claim_a_hold() -> None:
     c = metrics_condition(Signals(state=MetricsState.OK, message="fine"), held=True)
     assert c.message == "fine"
+
+
+# ---------------------------------------------------------------- when status is written
+
+T0S = T0.timestamp()
+
+
+def written(**changes: Any) -> dict[str, Any]:
+    """A status as the SLO loop writes it (wire form) at T0; ``changes`` replace keys."""
+    base: dict[str, Any] = {
+        "observedGeneration": 1, "desiredReplicas": 2, "replicas": 2, "readyReplicas": 2,
+        "batchLimit": 64, "sloCompliant": True, "attainment": 0.995,
+        "errorBudgetRemaining": 0.5,
+        "observed": {"e2eMs": 412.0, "ttftMs": 80.0, "requestRate": 12.0, "queue": 0.0,
+                     "running": 6.0, "kvCacheUsage": 0.3, "state": "OK",
+                     "time": "2026-01-01T00:00:00Z"},
+        "control": {"state": {"v": 1, "lastTime": T0S, "correction": 1.0}},
+        "lastDecisions": [{"time": "2026-01-01T00:00:00Z", "replicas": 2, "batchLimit": 64,
+                           "reason": "Steady", "message": "m"}],
+        "conditions": [
+            {"type": C.READY, "status": "True", "reason": C.AVAILABLE,
+             "message": "2/2 replicas ready", "lastTransitionTime": "2025-12-31T00:00:00Z",
+             "observedGeneration": 1},
+            {"type": C.SLO_COMPLIANT, "status": "False", "reason": C.SLO_MISSED,
+             "message": "e2e 412ms > 400ms", "lastTransitionTime": "2025-12-31T00:00:00Z",
+             "observedGeneration": 1},
+            {"type": C.SCALING_LIMITED, "status": "True", "reason": R.TOO_FEW_REPLICAS,
+             "message": "the load needs 0; minReplicas is 1",
+             "lastTransitionTime": "2025-12-31T00:00:00Z", "observedGeneration": 1},
+        ],
+    }
+    return {**base, **changes}
+
+
+def later(seconds: float = 20.0, **changes: Any) -> dict[str, Any]:
+    """The status the next pass computes ``seconds`` later: its per-pass times moved."""
+    status = written(**changes)
+    stamp = (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status["observed"] = {**status["observed"], "time": stamp}
+    status["control"] = {"state": {**status["control"]["state"], "lastTime": T0S + seconds}}
+    return status
+
+
+def observed(**values: Any) -> dict[str, Any]:
+    return {**written()["observed"], **values}
+
+
+def condition(ctype: str, **fields: Any) -> list[dict[str, Any]]:
+    return [{**c, **fields} if c["type"] == ctype else c for c in written()["conditions"]]
+
+
+@pytest.mark.parametrize(
+    ("new", "loop", "memory", "after", "want"),
+    [
+        pytest.param(later(), True, False, 20, None,
+                     id="a-pass-over-an-unchanged-service-plans-no-status-write"),
+        pytest.param(later(observed=observed(e2eMs=431.0, requestRate=12.9, running=6.4)),
+                     True, False, 20, None, id="signals-jittering-around-a-steady-value-wait"),
+        pytest.param(later(observed=observed(e2eMs=480.0)), True, False, 20, "observed",
+                     id="a-p99-up-by-a-sixth-is-written-at-once"),
+        pytest.param(later(observed=observed(queue=0.6)), True, False, 20, None,
+                     id="a-fraction-of-a-request-queued-is-below-the-floor"),
+        pytest.param(later(observed=observed(queue=3.0)), True, False, 20, "observed",
+                     id="a-queue-of-three-is-written"),
+        pytest.param(later(observed=observed(state="Stale")), True, False, 20, "observed",
+                     id="a-new-signal-state-is-written"),
+        pytest.param(later(observed=observed(ttftMs=None)), True, False, 20, "observed",
+                     id="a-signal-gone-missing-is-written"),
+        pytest.param(later(desiredReplicas=3), True, False, 20, "changed",
+                     id="a-changed-decision-is-written-at-once"),
+        pytest.param(later(batchLimit=48), True, False, 20, "changed",
+                     id="a-changed-batch-limit-is-written-at-once"),
+        pytest.param(later(sloCompliant=False), True, False, 20, "changed",
+                     id="a-new-slo-verdict-is-written"),
+        pytest.param(later(conditions=condition(C.SLO_COMPLIANT, message="e2e 430ms > 400ms")),
+                     True, False, 20, None,
+                     id="a-measured-condition-re-quoting-a-jittering-value-waits"),
+        pytest.param(later(conditions=condition(
+            C.SLO_COMPLIANT, message="e2e 430ms > 400ms, ttft 310ms > 300ms")), True, False,
+            20, "conditions", id="a-measured-condition-naming-another-objective-is-written"),
+        pytest.param(later(conditions=condition(C.SCALING_LIMITED, reason=R.GPU_BUDGET)),
+                     True, False, 20, "conditions", id="a-new-condition-reason-is-written"),
+        pytest.param(later(conditions=condition(C.READY, message="1/2 replicas ready")),
+                     True, False, 20, "conditions",
+                     id="numbers-count-in-conditions-that-quote-no-measurement"),
+        pytest.param(later(attainment=0.9954, errorBudgetRemaining=0.5004), True, False, 20,
+                     None, id="attainment-moving-less-than-a-tenth-of-a-point-waits"),
+        pytest.param(later(attainment=0.993), True, False, 20, "attainment",
+                     id="attainment-down-by-two-tenths-of-a-point-is-written"),
+        pytest.param(later(errorBudgetRemaining=None), True, False, 20, "errorBudgetRemaining",
+                     id="an-error-budget-gone-unknown-is-written"),
+        pytest.param(later(), True, True, 20, "memory",
+                     id="a-memory-the-law-reads-differently-is-written"),
+        pytest.param(later(HEARTBEAT_S - 1), True, False, HEARTBEAT_S - 1, None,
+                     id="no-heartbeat-before-its-period"),
+        pytest.param(later(HEARTBEAT_S), True, False, HEARTBEAT_S, "heartbeat",
+                     id="the-heartbeat-writes-after-its-period"),
+        pytest.param(written(), False, False, HEARTBEAT_S * 3, None,
+                     id="only-an-slo-pass-has-a-heartbeat"),
+    ],
+)
+def test_status_write(new: dict[str, Any], loop: bool, memory: bool, after: float,
+                      want: str | None) -> None:
+    now = T0 + timedelta(seconds=after)
+    assert status_write(written(), new, now, loop=loop, memory_changed=memory) == want
+
+
+def test_a_first_slo_pass_is_written() -> None:
+    before = {k: v for k, v in written().items() if k not in ("observed", "control")}
+    assert status_write(before, written(), T0, loop=True) == "observed"
+
+
+@pytest.mark.parametrize(
+    ("stamp", "after", "due"),
+    [
+        pytest.param(None, 0.0, True, id="never-written"),
+        pytest.param("not a time", 0.0, True, id="unreadable"),
+        pytest.param("2026-01-01T00:00:00Z", HEARTBEAT_S - 0.5, False, id="fresh"),
+        pytest.param("2026-01-01T00:00:00Z", HEARTBEAT_S, True, id="due"),
+    ],
+)
+def test_heartbeat_due(stamp: str | None, after: float, due: bool) -> None:
+    assert heartbeat_due(stamp, T0S + after) is due
+
+
+def test_written_at_reads_observed_time() -> None:
+    assert written_at("2026-01-01T00:00:20Z") == T0S + 20
+    assert written_at(None) is None
