@@ -10,7 +10,12 @@ container) and the operator import the same module. It holds:
   every histogram's bucket boundaries (checked against ``tests/fixtures/vllm``);
 - the gateway's own metric names (``slo_gateway_*``), which the gateway exposes and the
   SLO loop reads;
-- the FP8 ``--quantization`` methods and KV-cache dtypes;
+- the FP8 ``--quantization`` methods and KV-cache dtypes, and the one home of the
+  precision capability rules (which accelerator runs BF16, FP8 natively, FP8 weight-only,
+  an FP8 KV cache): the operator's GPU catalogue and the in-pod probe and launcher read
+  the same functions, so the plan and the pod cannot disagree on them;
+- what the launcher finally ran (``slo_runtime_engine_info``, ``slo_runtime_engine_change``
+  on the gateway's /metrics, from a JSON file in the pod's run directory);
 - vLLM's ``vllm serve`` flag table (``data/serve-args-vllm-0.32.0.json``, a dump of
   vLLM 0.32.0's own argparse parser) and a parser that splits argument lists the way
   argparse does.
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -43,6 +48,10 @@ ENGINE_METRICS_PATH = "/engine/metrics"
 RUNTIME_MOUNT = "/opt/slo-runtime"
 RUN_DIR = "/var/run/slo-runtime"
 PROBE_FILE = f"{RUN_DIR}/probe.json"
+# What the launcher finally started (argv, settings, each change with its reason), written
+# next to the probe file; the gateway, which mounts the same directory, exports it.
+ENGINE_INFO_FILE_NAME = "engine.json"
+ENGINE_INFO_FILE = f"{RUN_DIR}/{ENGINE_INFO_FILE_NAME}"
 # The live in-flight limit: a downward-API volume projects the pod annotation
 # ANNOTATION_INFLIGHT_LIMIT into LIMIT_FILE; the gateway polls its content.
 LIMIT_DIR = "/etc/slo-runtime"
@@ -170,6 +179,322 @@ FP8_QUANT_METHODS = frozenset({
 FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                                  "fp8_per_token_head"})
 
+# --- precision capability rules: the one home ---------------------------------------------
+# Which accelerator runs BF16, FP8 natively (W8A8), FP8 weight-only (W8A16) and an FP8 KV
+# cache in vLLM. The operator's GPU catalogue (slo_operator.hardware.catalogue, and through
+# it the engine planner) and the in-pod probe and launcher all call the functions below, so
+# what the operator plans and sizes is what the launcher keeps. Each rule quotes its line in
+# tests/fixtures/hardware/vllm-facts.md (copied from vllm-project/vllm at the commit named).
+#
+# NVIDIA, by compute capability:
+# - BF16 from 8.0: vllm/platforms/cuda.py@002db495 supported_dtypes (">=80 [bf16, fp16,
+#   fp32]") and check_if_supports_dtype ("Bfloat16 is only supported on GPUs with compute
+#   capability of at least 8.0 ... --dtype=half").
+CUDA_BF16_MIN_CC = (8, 0)
+# - FP8 W8A8 from 8.9: cuda.py@002db495 "supports_fp8() -> cls.has_device_capability(89)";
+#   docs/features/quantization/fp8.md@02446076 "FP8 computation is supported on NVIDIA GPUs
+#   with compute capability >= 8.9 (Ada Lovelace, Hopper)"; llm_compressor/fp8.md@263eecff
+#   "Ada Lovelace, Hopper, and Blackwell GPUs are supported for W8A8".
+CUDA_FP8_NATIVE_MIN_CC = (8, 9)
+# - FP8 weight-only from 8.0, through FP8 Marlin: quantization/fp8.py@0071b24b
+#   "Fp8Config.get_min_capability() -> 80" and "self.use_marlin = (not
+#   current_platform.has_device_capability(89) ...)"; fp8.md@02446076 "Turing/Ampere GPUs
+#   are supported for W8A16 (weight-only FP8) utilizing Marlin kernels"; the quantization
+#   table (supported_hardware.md@5ee0c1f9) marks "Marlin (GPTQ/AWQ/FP8)" on Ampere. The same
+#   page says FP8 models "will run on compute capability >= 7.5 (Turing)", but the code
+#   refuses the method below 8.0 (get_min_capability -> 80): the code wins.
+CUDA_FP8_WEIGHT_ONLY_MIN_CC = (8, 0)
+# - An FP8 KV cache as a default only where FP8 is native: on Ampere Triton has no fp8e4nv
+#   (vLLM issue #26431, open) and FP8 KV failed with chunked prefill (#7714, PR #7185).
+#   vLLM still accepts the dtype on any CUDA GPU (quantized_kvcache.md@0609ba15:
+#   fp8_e4m3 "Supported on CUDA 11.8+ and ROCm", fp8_e5m2 "Supported on CUDA 11.8+"), so an
+#   explicit request below 8.9 is a known risk, not a refusal.
+CUDA_FP8_KV_CACHE_MIN_CC = (8, 9)
+CUDA_FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
+# vLLM's minimum NVIDIA GPU (docs/getting_started/installation/gpu: "compute capability 7.0
+# or higher"); nothing is supported below it.
+CUDA_MIN_CC = (7, 0)
+# `--quantization` methods with the weight-only Marlin fallback below 8.9 (fp8.py's
+# use_marlin; the other FP8 methods need native FP8).
+FP8_MARLIN_METHODS = frozenset({"fp8"})
+#
+# AMD, by gfx target (vllm/platforms/rocm.py@001eda31):
+# - FP8 on gfx94x, gfx95x, gfx12 only: "supports_fp8(): gfx94/gfx95/gfx12" (so not MI210 or
+#   MI250X, gfx90a); gfx94x stores float8_e4m3fnuz: "is_fp8_fnuz(): 'gfx94'".
+ROCM_FP8_GFX = ("gfx94", "gfx95", "gfx12")
+ROCM_FP8_FNUZ_GFX = ("gfx94",)
+# - No weight-only fallback: fp8.py@0071b24b "# Disable marlin for rocm".
+# - BF16: rocm.py's check_if_supports_dtype is the CUDA one (has_device_capability(80)) on
+#   the capability it derives from the gfx target, "get_device_capability from gcn arch
+#   (gfx90a->(9,0), gfx942->(9,4))" (vllm-facts.md; gpus.csv MI250X: "vLLM maps
+#   gfx90a->capability 9.0, passes bf16 check"). Every target vLLM parses has major 9 to 12
+#   (it raises outside), so MI200 (gfx90a), MI300 (gfx942), MI350 (gfx950), RDNA3/4 (gfx11,
+#   gfx12) run BF16; an unknown or missing target is not assumed to (FP16).
+ROCM_BF16_MIN_CAPABILITY = (8, 0)
+# - KV cache: fp8 / fp8_e4m3 (quantized_kvcache.md: e4m3 "CUDA 11.8+ and ROCm"; e5m2 is
+#   CUDA-only), on the FP8 targets only.
+ROCM_FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3"})
+# - FP8 methods ROCm accepts: rocm.py@001eda31 supported_quantization ("fp8", "fbgemm_fp8";
+#   Platform.verify_quantization refuses the rest).
+ROCM_FP8_METHODS = frozenset({"fp8", "fbgemm_fp8"})
+#
+# Intel Gaudi, by generation: BF16 on every generation; FP8 only through Intel Neural
+# Compressor with a calibration file (supported_hardware.md@01129ffb: Intel Gaudi "INC
+# (W8A8) ✅", "FP8 (W8A8) ❌"; docs/features/quantization/inc.md: "--quantization inc
+# --kv-cache-dtype fp8_inc"), on Gaudi 2 and Gaudi 3. No --quantization fp8 there.
+GAUDI_FP8_GENERATIONS = ("gaudi2", "gaudi3")
+GAUDI_FP8_QUANT_METHOD = "inc"
+GAUDI_FP8_KV_CACHE_DTYPES = frozenset({"fp8_inc"})
+# Gaudi board and marketing names per generation (the catalogue's labels and aliases).
+_GAUDI_NAMES = {
+    "gaudi2": ("GAUDI2", "HL225"),
+    "gaudi3": ("GAUDI3", "HL325", "HL328", "HL338"),
+}
+
+
+@dataclass(frozen=True)
+class PrecisionSupport:
+    """What vLLM runs on one accelerator.
+
+    ``fp8_compute``: FP8 weights and activations (W8A8; on Gaudi through INC only).
+    ``fp8_weight_only``: FP8 weights with 16-bit compute (Marlin): memory saved, no speed-up.
+    ``fp8_kv_cache``: an FP8 KV cache is a safe default here.
+    ``fp8_kv_cache_dtypes``: the FP8 ``--kv-cache-dtype`` values vLLM accepts here at all
+    (a superset of the safe ones on CUDA below 8.9).
+    ``fp8_methods``: the FP8 ``--quantization`` methods (of ``FP8_QUANT_METHODS``) that load.
+    """
+
+    bf16: bool = False
+    fp8_compute: bool = False
+    fp8_weight_only: bool = False
+    fp8_kv_cache: bool = False
+    fp8_format: str | None = None          # "e4m3" | "e4m3fnuz"
+    fp8_kv_cache_dtypes: frozenset[str] = frozenset()
+    fp8_methods: frozenset[str] = frozenset()
+
+    @property
+    def fp8_weights(self) -> bool:
+        """FP8 weights load at all (natively or weight-only)."""
+        return self.fp8_compute or self.fp8_weight_only
+
+
+NO_PRECISION_SUPPORT = PrecisionSupport()
+
+
+def parse_cc(text: str | None) -> tuple[int, int] | None:
+    """"8.9" -> (8, 9); None for anything else."""
+    if not text:
+        return None
+    major, _, minor = text.strip().partition(".")
+    try:
+        return int(major), int(minor or 0)
+    except ValueError:
+        return None
+
+
+def cuda_precision(cc: tuple[int, int] | None) -> PrecisionSupport:
+    """NVIDIA: the rules above, from the compute capability alone."""
+    if cc is None or cc < CUDA_MIN_CC:
+        return NO_PRECISION_SUPPORT
+    native = cc >= CUDA_FP8_NATIVE_MIN_CC
+    weight_only = not native and cc >= CUDA_FP8_WEIGHT_ONLY_MIN_CC
+    safe_kv = cc >= CUDA_FP8_KV_CACHE_MIN_CC
+    kv_dtypes = CUDA_FP8_KV_CACHE_DTYPES
+    if safe_kv:
+        # Backend-specific FP8 KV layouts (fp8_ds_mla, fp8_per_token_head) only where FP8
+        # is native; never Gaudi's fp8_inc.
+        kv_dtypes = FP8_KV_CACHE_DTYPES - GAUDI_FP8_KV_CACHE_DTYPES
+    if native:
+        methods = FP8_QUANT_METHODS
+    elif weight_only:
+        methods = FP8_MARLIN_METHODS
+    else:
+        methods = frozenset()
+    return PrecisionSupport(
+        bf16=cc >= CUDA_BF16_MIN_CC,
+        fp8_compute=native,
+        fp8_weight_only=weight_only,
+        fp8_kv_cache=safe_kv,
+        fp8_format="e4m3" if native else None,
+        fp8_kv_cache_dtypes=kv_dtypes,
+        fp8_methods=methods,
+    )
+
+
+def normalize_gfx(gfx: str | None) -> str | None:
+    """"gfx942:sramecc+:xnack-" (torch's gcnArchName) or "GFX942" -> "gfx942"."""
+    if not gfx:
+        return None
+    g = gfx.strip().lower().split(":")[0]
+    return g or None
+
+
+def rocm_capability(gfx: str | None) -> tuple[int, int] | None:
+    """The (major, minor) vLLM derives from a gfx target, or None where vLLM would refuse it.
+
+    vllm/platforms/rocm.py@001eda31 ``_capability_from_gcn_arch``: the digits after "gfx";
+    2-3 digits are major + minor (+ stepping), 4 are two-digit major + minor + stepping;
+    majors below 9 or above 12 raise.
+    """
+    g = normalize_gfx(gfx)
+    m = re.match(r"gfx(\d+)", g or "")
+    if not m:
+        return None
+    digits = m.group(1)
+    if len(digits) in (2, 3):
+        major, minor = int(digits[0]), int(digits[1])
+    elif len(digits) == 4:
+        major, minor = int(digits[:2]), int(digits[2])
+    else:
+        return None
+    if not 9 <= major <= 12:
+        return None
+    return major, minor
+
+
+def rocm_precision(gfx: str | None) -> PrecisionSupport:
+    """AMD: the rules above, from the gfx target alone."""
+    g = normalize_gfx(gfx)
+    cap = rocm_capability(g)
+    if g is None or cap is None:
+        return NO_PRECISION_SUPPORT
+    fp8 = g.startswith(ROCM_FP8_GFX)
+    return PrecisionSupport(
+        bf16=cap >= ROCM_BF16_MIN_CAPABILITY,
+        fp8_compute=fp8,
+        fp8_weight_only=False,
+        fp8_kv_cache=fp8,
+        fp8_format=("e4m3fnuz" if g.startswith(ROCM_FP8_FNUZ_GFX) else "e4m3") if fp8 else None,
+        fp8_kv_cache_dtypes=ROCM_FP8_KV_CACHE_DTYPES if fp8 else frozenset(),
+        fp8_methods=ROCM_FP8_METHODS if fp8 else frozenset(),
+    )
+
+
+def gaudi_generation(name: str | None) -> str | None:
+    """"HL-325L", "Gaudi3", "Intel Gaudi 2" -> "gaudi3" / "gaudi2"; None when unknown."""
+    key = re.sub(r"[^A-Z0-9]", "", (name or "").upper())
+    key = re.sub(r"^(INTEL|HABANA)+", "", key)
+    for generation, names in _GAUDI_NAMES.items():
+        if key.startswith(names):
+            return generation
+    return None
+
+
+def gaudi_precision(generation: str | None) -> PrecisionSupport:
+    """Intel Gaudi: BF16 always; FP8 (through INC) on Gaudi 2 and 3."""
+    fp8 = generation in GAUDI_FP8_GENERATIONS
+    return PrecisionSupport(
+        bf16=True,
+        fp8_compute=fp8,
+        fp8_weight_only=False,
+        fp8_kv_cache=fp8,
+        fp8_format="e4m3" if fp8 else None,
+        fp8_kv_cache_dtypes=GAUDI_FP8_KV_CACHE_DTYPES if fp8 else frozenset(),
+        fp8_methods=frozenset(),
+    )
+
+
+def precision_support(vendor: str, target: str | None) -> PrecisionSupport:
+    """The rules for a probed device: ``target`` is the compute capability ("9.0") on
+    NVIDIA, the gfx target ("gfx942") on AMD, the generation ("gaudi3") on Intel Gaudi."""
+    if vendor == "nvidia":
+        return cuda_precision(parse_cc(target))
+    if vendor == "amd":
+        return rocm_precision(target)
+    if vendor == "intel":
+        return gaudi_precision(target or None)
+    return NO_PRECISION_SUPPORT
+
+
+# --- what the launcher ran --------------------------------------------------------------------
+# The launcher writes ENGINE_INFO_FILE (JSON: argv, planned args, settings, changes); the
+# gateway exports it on GATEWAY_METRICS_PATH as two gauge families, so the operator can read
+# what each pod really runs from Prometheus, without the pod holding API rights:
+#   slo_runtime_engine_info{quantization,kv_cache_dtype,dtype,tensor_parallel_size,
+#                           max_num_seqs,max_num_batched_tokens} 1
+#   slo_runtime_engine_change{setting,requested,applied,reason} 1   (one per change)
+RUNTIME_ENGINE_INFO = "slo_runtime_engine_info"
+RUNTIME_ENGINE_CHANGE = "slo_runtime_engine_change"
+# The label names are the `vllm serve` destinations (argparse ``dest``) they report.
+ENGINE_INFO_LABELS = ("quantization", "kv_cache_dtype", "dtype", "tensor_parallel_size",
+                      "max_num_seqs", "max_num_batched_tokens")
+ENGINE_CHANGE_LABELS = ("setting", "requested", "applied", "reason")
+# `reason` label values of slo_runtime_engine_change (the free text is in the file and
+# the launcher's log).
+ENGINE_CHANGE_REASONS = {
+    "NoFP8": "the GPU cannot load this FP8 --quantization method",
+    "FP8NotNative": "FP8 would be weight-only here, and this GPU is not the one the plan "
+                    "was made for (SLO_FP8_POLICY=auto)",
+    "FP8NotFaster": "this node's profile does not show FP8 faster (SLO_FP8_POLICY=auto)",
+    "UnknownQuantization": "the method is not one of this vLLM's quantization methods",
+    "NoFP8KVCache": "the GPU has no such FP8 KV-cache dtype",
+    "FP8KVCacheRisk": "FP8 KV cache is a known failure on this GPU, which is not the one "
+                      "the plan was made for",
+    "NoBF16": "the GPU has no BF16",
+    "FewerGPUs": "fewer GPUs visible than the tensor-parallel size",
+    "GatewayAddress": "vLLM listens where the gateway expects it",
+    "UnknownOption": "not an option of this vLLM",
+    "InvalidChoice": "not one of the option's choices",
+    "MissingValue": "an option without its value",
+    "StrayArgument": "a value that follows no option",
+}
+# vLLM's own names for the same dtype (vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE).
+_DTYPE_ALIASES = {"half": "float16", "float": "float32"}
+
+
+def engine_info_path(probe_file: str | None = None) -> str:
+    """Where the engine info lives: next to the probe file (one run directory shared by
+    the vLLM and gateway containers)."""
+    if not probe_file:
+        return ENGINE_INFO_FILE
+    head, sep, _ = probe_file.rpartition("/")
+    return f"{head}{sep}{ENGINE_INFO_FILE_NAME}"
+
+
+def _human_int(value: str) -> str:
+    """"8k" -> "8000", "8K" -> "8192" (vLLM's human_readable_int); else unchanged."""
+    v = value.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT]i?|[kmgt])?", v)
+    if not m or not _HUMAN_INT.match(v):
+        return value
+    number, suffix = m.group(1), m.group(2) or ""
+    if not suffix:
+        return str(int(float(number)))
+    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    if suffix in decimal:
+        return str(int(float(number) * decimal[suffix]))
+    return str(int(float(number)) * binary[suffix[0]])
+
+
+def engine_settings(args: Sequence[str], spec: VllmArgSpec | None = None) -> dict[str, str]:
+    """The ENGINE_INFO_LABELS values an argument list sets (flags only, no program name):
+    the last occurrence of each option, in any spelling vLLM accepts (``-q``, ``-tp``,
+    ``--max_num_seqs``, ``--dtype=half``); absent ones take vLLM's parser default, or "" when
+    vLLM has none (it then picks per GPU). ``half``/``float`` read as ``float16``/``float32``
+    and human-readable integers as plain ones, so the plan's arguments and the launched
+    ones compare as values: the operator applies this to ``EnginePlan.args``."""
+    spec = spec or load_vllm_spec()
+    options, _ = spec.parse(args)
+    out: dict[str, str] = {}
+    for dest in ENGINE_INFO_LABELS:
+        action = spec.by_dest(dest)
+        default = None if action is None else action.default
+        out[dest] = "" if default is None else str(default)
+    for opt in options:
+        dest = opt.action.dest
+        if dest in out and opt.nested_key is None and opt.values:
+            out[dest] = opt.values[-1]
+    out["dtype"] = _DTYPE_ALIASES.get(out["dtype"], out["dtype"])
+    for dest in ("max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size"):
+        out[dest] = _human_int(out[dest])
+    return out
+
+
+def engine_info_labels(settings: Mapping[str, str]) -> tuple[str, ...]:
+    """Label values of RUNTIME_ENGINE_INFO in ENGINE_INFO_LABELS order."""
+    return tuple(str(settings.get(k, "")) for k in ENGINE_INFO_LABELS)
+
 # --- the `vllm serve` flag table -----------------------------------------------------------
 VLLM_VERSION = "0.32.0"
 SERVE_ARGS_FILE = f"serve-args-vllm-{VLLM_VERSION}.json"
@@ -195,6 +520,8 @@ class ArgAction:
     nargs: int | str | None
     choices: tuple[str, ...] | None
     takes_value: bool
+    # The parser's default (None where vLLM picks one at run time).
+    default: Any = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +583,7 @@ class VllmArgSpec:
                         else None
                     ),
                     takes_value=bool(raw.get("takes_value")),
+                    default=raw.get("default"),
                 )
             )
         self.actions: tuple[ArgAction, ...] = tuple(actions)

@@ -7,7 +7,9 @@
   ``slo_runtime.admission``); the tenant comes from a header or from the API key.
 - Responses, streaming ones included, are passed through byte for byte; a client that
   goes away cancels its upstream request; a slow reader only slows itself.
-- Its own TTFT / end-to-end / queue-wait histograms and queue gauges on ``/metrics``.
+- Its own TTFT / end-to-end / queue-wait histograms and queue gauges on ``/metrics``, and
+  what the launcher found and started in the pod (the probe's GPUs,
+  ``slo_runtime_engine_info`` and ``slo_runtime_engine_change`` from its engine-info file).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +27,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 from multidict import CIMultiDict
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, Field
@@ -72,6 +75,9 @@ class GatewayConfig:
     max_queue_per_tenant: int = DEFAULT_MAX_QUEUE
     queue_timeout_s: float = 300.0
     probe_file: str | None = None
+    # The launcher's engine-info file; by default next to the probe file
+    # (contract.engine_info_path), where the launcher writes it.
+    engine_info_file: str | None = None
 
 
 # --- metrics -----------------------------------------------------------------------------------
@@ -148,6 +154,9 @@ class Gateway:
         self.extra_metrics = b""
         if cfg.probe_file and Path(cfg.probe_file).exists():
             self.extra_metrics = _probe_metrics(cfg.probe_file)
+        info_file = cfg.engine_info_file or (
+            contract.engine_info_path(cfg.probe_file) if cfg.probe_file else None)
+        self.engine_info = EngineInfoExport(info_file) if info_file else None
         app = web.Application(client_max_size=cfg.max_body_bytes)
         app.router.add_get(contract.GATEWAY_METRICS_PATH, self.metrics_handler)
         app.router.add_get(contract.ENGINE_METRICS_PATH, self.engine_metrics)
@@ -187,8 +196,10 @@ class Gateway:
         self.admission.set_limit(n)
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry) + self.extra_metrics,
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        engine = self.engine_info.text() if self.engine_info else b""
+        return web.Response(
+            body=generate_latest(self.metrics.registry) + self.extra_metrics + engine,
+            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def engine_metrics(self, request: web.Request) -> web.StreamResponse:
         """vLLM's own /metrics through the gateway's port, so vLLM can stay on loopback."""
@@ -339,6 +350,54 @@ def _probe_metrics(path: str) -> bytes:
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("Ignored probe file %s: %s", path, e)
         return b""
+
+
+def engine_metrics_text(doc: dict[str, Any]) -> bytes:
+    """``slo_runtime_engine_info`` (value 1, labels: the settings vLLM was started with) and
+    one ``slo_runtime_engine_change`` (value 1) per setting the launcher changed, from an
+    engine-info document as ``slo_runtime.launch.engine_info`` writes it."""
+    reg = CollectorRegistry()
+    info = Gauge(contract.RUNTIME_ENGINE_INFO,
+                 "The settings vLLM was started with in this pod (value 1).",
+                 list(contract.ENGINE_INFO_LABELS), registry=reg)
+    settings = doc["settings"]
+    if not isinstance(settings, dict):
+        raise TypeError("settings is not an object")
+    info.labels(*contract.engine_info_labels(settings)).set(1)
+    changed = Gauge(contract.RUNTIME_ENGINE_CHANGE,
+                    "A planned engine setting the launcher changed, with its reason (value 1).",
+                    list(contract.ENGINE_CHANGE_LABELS), registry=reg)
+    for ch in doc.get("changes") or ():
+        changed.labels(str(ch["setting"]), str(ch.get("requested") or ""),
+                       str(ch.get("applied") or ""), str(ch.get("code") or "")).set(1)
+    return generate_latest(reg)
+
+
+class EngineInfoExport:
+    """The launcher's engine-info file as Prometheus lines, read again whenever the file
+    changes (the launcher writes it when vLLM starts, after the gateway may be up, and
+    again on every restart of the vLLM container); nothing while it is missing."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._text = b""
+
+    def text(self) -> bytes:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self._stamp, self._text = None, b""
+            return b""
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._text = engine_metrics_text(json.loads(Path(self.path).read_text()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                log.warning("Ignored engine info file %s: %s", self.path, e)
+                self._text = b""
+        return self._text
 
 
 async def start_site(app: web.Application, host: str, port: int

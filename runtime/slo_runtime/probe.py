@@ -1,7 +1,9 @@
 """The pod's real GPUs, and how they compare with what the node labels promised.
 
-Sources, in order: PyTorch (when installed in the image), ``nvidia-smi``, ``rocm-smi``.
-The parsing and the comparison are pure functions; only ``probe()`` runs anything.
+Sources, in order: PyTorch (when installed in the image), ``nvidia-smi``, ``rocm-smi``,
+``hl-smi`` (Intel Gaudi). The parsing and the comparison are pure functions; only
+``probe()`` runs anything. What a device runs (BF16, FP8, FP8 KV cache) is decided by
+``slo_runtime.contract``'s rules, the ones the operator planned with.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slo_runtime.contract import PrecisionSupport, gaudi_generation, precision_support
+
 log = logging.getLogger("slo_runtime.probe")
 
 Runner = Callable[[list[str]], str]
@@ -22,33 +26,41 @@ Runner = Callable[[list[str]], str]
 
 @dataclass(frozen=True)
 class GpuInfo:
-    vendor: str                 # "nvidia" | "amd" | "none"
-    product: str                # NVML / ROCm product name, e.g. "NVIDIA H200"
-    compute_capability: str     # "9.0" on NVIDIA; gfx target ("gfx942") on AMD
+    vendor: str                 # "nvidia" | "amd" | "intel" (Gaudi) | "none"
+    product: str                # NVML / ROCm / hl-smi product name, e.g. "NVIDIA H200"
+    compute_capability: str     # "9.0" on NVIDIA; gfx target ("gfx942") on AMD; "gaudi3"
     memory_mib: int             # per GPU
     count: int
     source: str                 # which tool answered
     driver: str = ""
 
     @property
+    def support(self) -> PrecisionSupport:
+        """What vLLM runs on this device: the rules of ``slo_runtime.contract``, the same the
+        operator planned with."""
+        return precision_support(self.vendor, self.compute_capability)
+
+    @property
     def fp8_native(self) -> bool:
-        """FP8 weights and activations natively (vLLM: capability >= 8.9, MI300-class)."""
-        if self.vendor == "nvidia":
-            return cc_tuple(self.compute_capability) >= (8, 9)
-        if self.vendor == "amd":
-            return self.compute_capability.startswith(("gfx94", "gfx95", "gfx12"))
-        return False
+        """FP8 weights and activations natively (capability >= 8.9, gfx94x/95x/12)."""
+        return self.support.fp8_compute and self.vendor != "intel"
+
+    @property
+    def fp8_weights(self) -> bool:
+        """FP8 weights load (natively, or weight-only through Marlin on 8.0-8.8)."""
+        return self.support.fp8_weights and self.vendor != "intel"
 
     @property
     def bf16(self) -> bool:
-        if self.vendor == "nvidia":
-            return cc_tuple(self.compute_capability) >= (8, 0)
-        return self.vendor == "amd"
+        return self.support.bf16
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        sup = self.support
         d["fp8_native"] = self.fp8_native
-        d["bf16"] = self.bf16
+        d["fp8_weight_only"] = sup.fp8_weight_only
+        d["fp8_kv_cache"] = sup.fp8_kv_cache
+        d["bf16"] = sup.bf16
         return d
 
 
@@ -165,6 +177,27 @@ def parse_rocm_smi(json_text: str) -> GpuInfo | None:
     return GpuInfo("amd", str(name), str(gfx), int(int(total) / 2**20), len(cards), "rocm-smi")
 
 
+HL_SMI_QUERY = ["hl-smi", "-Q", "name,memory.total,driver_version", "-f", "csv,noheader"]
+
+
+def parse_hl_smi(csv_text: str) -> GpuInfo | None:
+    """Output of ``hl-smi -Q name,memory.total,driver_version -f csv,noheader``, one line
+    per Gaudi (docs.habana.ai: hl-smi ``-Q, --query-aip``); memory may carry a unit
+    ("98304 MiB"). The generation ("gaudi2", "gaudi3") comes from the board name (HL-225,
+    HL-325L) and stands where NVIDIA has its compute capability."""
+    rows = [[c.strip() for c in line.split(",")] for line in csv_text.splitlines()
+            if line.strip()]
+    rows = [r for r in rows if len(r) >= 2 and r[0].lower() != "name"]
+    if not rows:
+        return None
+    name, mem = rows[0][0], rows[0][1]
+    driver = rows[0][2] if len(rows[0]) > 2 else ""
+    m = re.match(r"\s*(\d+)", mem)
+    mem_mib = int(m.group(1)) if m else 0
+    return GpuInfo("intel", name, gaudi_generation(name) or "", mem_mib, len(rows), "hl-smi",
+                   driver)
+
+
 def _run(cmd: list[str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
 
@@ -187,7 +220,8 @@ def probe_torch() -> GpuInfo | None:
 
 
 def probe(run: Runner = _run, use_torch: bool = True) -> GpuInfo:
-    """The first source that answers wins; driver version filled from nvidia-smi."""
+    """The first source that answers wins (PyTorch, nvidia-smi, rocm-smi, hl-smi); driver
+    version filled from nvidia-smi."""
     smi: GpuInfo | None = None
     if shutil.which("nvidia-smi") or run is not _run:
         try:
@@ -210,6 +244,13 @@ def probe(run: Runner = _run, use_torch: bool = True) -> GpuInfo:
                 return amd
         except (OSError, subprocess.SubprocessError) as e:
             log.info("rocm-smi did not answer: %s", e)
+    if shutil.which("hl-smi") or run is not _run:
+        try:
+            gaudi = parse_hl_smi(run(HL_SMI_QUERY))
+            if gaudi:
+                return gaudi
+        except (OSError, subprocess.SubprocessError) as e:
+            log.info("hl-smi did not answer: %s", e)
     return NO_GPU
 
 

@@ -14,6 +14,7 @@ from slo_runtime.probe import (
     compare,
     gfd_product_label,
     metrics_text,
+    parse_hl_smi,
     parse_nvidia_smi,
     parse_rocm_smi,
     probe,
@@ -114,20 +115,47 @@ def test_parse_rocm_smi() -> None:
     assert parse_rocm_smi("not json") is None
 
 
-@pytest.mark.parametrize(("gpu", "fp8", "bf16"), [
-    (GpuInfo("nvidia", "H100", "9.0", 1, 1, "t"), True, True),
-    (GpuInfo("nvidia", "L4", "8.9", 1, 1, "t"), True, True),
-    (GpuInfo("nvidia", "A100", "8.0", 1, 1, "t"), False, True),
-    (GpuInfo("nvidia", "RTX 3090", "8.6", 1, 1, "t"), False, True),
-    (GpuInfo("nvidia", "T4", "7.5", 1, 1, "t"), False, False),
-    (GpuInfo("nvidia", "B200", "10.0", 1, 1, "t"), True, True),
-    (GpuInfo("amd", "MI300X", "gfx942", 1, 1, "t"), True, True),
-    (GpuInfo("amd", "MI250X", "gfx90a", 1, 1, "t"), False, True),
-    (NO_GPU, False, False),
-], ids=["hopper", "ada", "ampere-a100", "ampere-8.6", "turing", "blackwell-10.0",
-        "mi300x", "mi250x", "no-gpu"])
-def test_capabilities(gpu: GpuInfo, fp8: bool, bf16: bool) -> None:
-    assert (gpu.fp8_native, gpu.bf16) == (fp8, bf16)
+# (native FP8, FP8 weights at all, BF16, FP8 KV cache by default): slo_runtime.contract's
+# rules, the ones the operator's catalogue derives its flags from.
+@pytest.mark.parametrize(("gpu", "want"), [
+    (GpuInfo("nvidia", "H100", "9.0", 1, 1, "t"), (True, True, True, True)),
+    (GpuInfo("nvidia", "L4", "8.9", 1, 1, "t"), (True, True, True, True)),
+    (GpuInfo("nvidia", "A100", "8.0", 1, 1, "t"), (False, True, True, False)),
+    (GpuInfo("nvidia", "RTX 3090", "8.6", 1, 1, "t"), (False, True, True, False)),
+    (GpuInfo("nvidia", "T4", "7.5", 1, 1, "t"), (False, False, False, False)),
+    (GpuInfo("nvidia", "B200", "10.0", 1, 1, "t"), (True, True, True, True)),
+    (GpuInfo("nvidia", "?", "", 1, 1, "t"), (False, False, False, False)),
+    (GpuInfo("amd", "MI300X", "gfx942", 1, 1, "t"), (True, True, True, True)),
+    (GpuInfo("amd", "MI300X", "gfx942:sramecc+:xnack-", 1, 1, "t"), (True, True, True, True)),
+    (GpuInfo("amd", "MI250X", "gfx90a", 1, 1, "t"), (False, False, True, False)),
+    (GpuInfo("amd", "MI210", "gfx90a", 1, 1, "t"), (False, False, True, False)),
+    (GpuInfo("amd", "?", "", 1, 1, "t"), (False, False, False, False)),
+    (GpuInfo("intel", "HL-325L", "gaudi3", 1, 1, "t"), (False, False, True, True)),
+    (GpuInfo("intel", "HL-205", "", 1, 1, "t"), (False, False, True, False)),
+    (NO_GPU, (False, False, False, False)),
+], ids=["hopper", "ada", "ampere-a100-weight-only", "ampere-8.6-weight-only", "turing",
+        "blackwell-10.0", "nvidia-without-capability", "mi300x", "mi300x-torch-arch-name",
+        "mi250x-bf16-no-fp8", "mi210-bf16-no-fp8", "amd-without-target",
+        "gaudi3-fp8-only-through-inc", "gaudi-unknown-generation-bf16", "no-gpu"])
+def test_capabilities(gpu: GpuInfo, want: tuple[bool, bool, bool, bool]) -> None:
+    assert (gpu.fp8_native, gpu.fp8_weights, gpu.bf16, gpu.support.fp8_kv_cache) == want
+    d = gpu.as_dict()
+    assert (d["fp8_native"], d["bf16"], d["fp8_kv_cache"]) == (want[0], want[2], want[3])
+    assert d["fp8_weight_only"] == (want[1] and not want[0])
+
+
+def test_parse_hl_smi() -> None:
+    out = "HL-325L, 131072 MiB, 1.19.0-abc\nHL-325L, 131072 MiB, 1.19.0-abc\n"
+    g = parse_hl_smi(out)
+    assert g == GpuInfo("intel", "HL-325L", "gaudi3", 131072, 2, "hl-smi", "1.19.0-abc")
+    assert g.bf16 and g.support.fp8_kv_cache and not g.fp8_weights
+    header = "name, memory.total [MiB], driver_version\nHL-225, 98304, 1.17.0\n"
+    g2 = parse_hl_smi(header)
+    assert g2 is not None and (g2.compute_capability, g2.memory_mib, g2.count) == \
+        ("gaudi2", 98304, 1)
+    assert parse_hl_smi("") is None
+    unknown = parse_hl_smi("HL-205, n/a\n")
+    assert unknown is not None and (unknown.compute_capability, unknown.memory_mib) == ("", 0)
 
 
 def test_probe_uses_nvidia_smi_when_torch_is_absent() -> None:
@@ -157,6 +185,14 @@ def test_probe_falls_back_to_rocm_smi_then_to_no_gpu() -> None:
         raise FileNotFoundError(cmd[0])
 
     assert probe(run=nothing, use_torch=False) == NO_GPU
+
+    def gaudi(cmd: list[str]) -> str:
+        if cmd[0] != "hl-smi":
+            raise FileNotFoundError(cmd[0])
+        return "HL-225, 98304 MiB, 1.17.0\n"
+
+    found = probe(run=gaudi, use_torch=False)
+    assert (found.vendor, found.compute_capability, found.source) == ("intel", "gaudi2", "hl-smi")
 
 
 def test_metrics_text_exposes_info_and_match() -> None:

@@ -36,14 +36,16 @@ from slo_operator.engine.types import (
 )
 from slo_operator.engine.vllm_args import VllmArgSpec
 from slo_operator.hardware import HardwareClass
+from slo_runtime.contract import CUDA_MIN_CC
 
 # Below vLLM's own default (0.92 in the 0.32.0 serve-args capture) to leave room for the
 # in-pod runtime gateway and allocator fragmentation.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 
 # vLLM supports NVIDIA GPUs from compute capability 7.0 (docs/getting_started/
-# installation/gpu: "GPU: compute capability 7.0 or higher").
-MIN_CUDA_CC = (7, 0)
+# installation/gpu: "GPU: compute capability 7.0 or higher"); the precision rules of
+# slo_runtime.contract start there too.
+MIN_CUDA_CC = CUDA_MIN_CC
 
 
 def _check_inputs(

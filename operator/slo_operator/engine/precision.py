@@ -2,7 +2,10 @@
 
 FP8 only where the GPU runs it (natively, or weight-only through Marlin when asked for),
 FP8 checkpoints only where they load, BF16 only from compute capability 8.0; Intel Gaudi
-quantizes through INC with a calibration file. Every rule cites its source;
+quantizes through INC with a calibration file. What a GPU runs (``HardwareClass.bf16``,
+``fp8_compute``, ``fp8_weight_only``, ``fp8_kv_cache``) comes from the rules in
+``slo_runtime.contract``, which the in-pod launcher applies too: whatever is planned here
+on a GPU is what the launcher keeps on it. Every rule cites its source;
 ``docs/hardware-and-engine.md`` lists them in one place.
 """
 
@@ -17,7 +20,11 @@ from slo_operator.engine.fields import (
 from slo_operator.engine.sizing import checkpoint_bytes_per_param
 from slo_operator.engine.types import EngineError, EnginePrefs, ModelFacts, Note
 from slo_operator.hardware import HardwareClass
-from slo_runtime.contract import FP8_KV_CACHE_DTYPES, FP8_QUANT_METHODS
+from slo_runtime.contract import (
+    FP8_KV_CACHE_DTYPES,
+    FP8_QUANT_METHODS,
+    ROCM_FP8_KV_CACHE_DTYPES,
+)
 
 
 def cc_text(hw: HardwareClass) -> str:
@@ -198,8 +205,8 @@ def choose_kv_cache(
                 return "fp8_inc", 1.0
             return "auto", 2.0
         if hw.fp8_kv_cache and allow:
-            # ROCm takes fp8/fp8_e4m3 (MI300 stores float8_e4m3fnuz: rocm.py is_fp8_fnuz);
-            # fp8_e5m2 is CUDA-only (docs/features/quantization/quantized_kvcache.md).
+            # ROCm takes fp8/fp8_e4m3 (contract.ROCM_FP8_KV_CACHE_DTYPES; MI300 stores
+            # float8_e4m3fnuz: rocm.py is_fp8_fnuz); written fp8_e4m3 to say which.
             value = "fp8_e4m3" if hw.vendor == "amd" else "fp8"
             notes.append(
                 Note(
@@ -235,6 +242,8 @@ def choose_kv_cache(
             f"quantization ({F_ALLOW_Q}=false)",
         )
     if hw.vendor == "intel":
+        # contract.GAUDI_FP8_KV_CACHE_DTYPES: fp8_inc only, an E4M3 format; fp8 and
+        # fp8_e4m3 are written that way, fp8_e5m2 has no Gaudi form.
         if kv == "fp8_e5m2":
             raise EngineError(F_KV, "Intel Gaudi stores an FP8 KV cache as fp8_inc (E4M3)")
         if prefs.quant_config is None:
@@ -245,7 +254,7 @@ def choose_kv_cache(
             )
         return "fp8_inc", 1.0
     if hw.vendor == "amd":
-        if kv == "fp8_e5m2":
+        if kv not in ROCM_FP8_KV_CACHE_DTYPES:
             raise EngineError(
                 F_KV,
                 "fp8_e5m2 is CUDA-only; ROCm supports fp8 / fp8_e4m3 "
@@ -259,6 +268,8 @@ def choose_kv_cache(
             )
         return "fp8_e4m3", 1.0
     if not hw.fp8_kv_cache:
+        # vLLM accepts it (contract.CUDA_FP8_KV_CACHE_DTYPES), so it is planned and sized
+        # at 8 bits; the launcher keeps it on the GPU it was planned for.
         notes.append(
             Note(
                 F_KV,

@@ -1,8 +1,11 @@
 """GPU catalogue: what the operator knows about each accelerator product.
 
 The table lives in ``slo_operator/data/gpus.yaml`` (one row per product, each with its
-sources). Feature flags are derived here from the compute capability (NVIDIA) or the gfx
-target (AMD), so a product missing from the table follows the same rules as one listed.
+sources). Precision flags (BF16, FP8 native / weight-only, FP8 KV cache) are derived from
+the compute capability (NVIDIA), the gfx target (AMD) or the generation (Gaudi) by the
+rules in ``slo_runtime.contract``, the same functions the in-pod launcher applies, so a
+product missing from the table follows the same rules as one listed, and the plan and the
+pod agree.
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from slo_runtime.contract import (
+    PrecisionSupport,
+    cuda_precision,
+    gaudi_precision,
+    normalize_gfx,
+    rocm_precision,
+)
 
 Vendor = Literal["nvidia", "amd", "intel"]
 Architecture = Literal[
@@ -104,57 +115,63 @@ def architecture_for_cc(cc: tuple[int, int] | None) -> Architecture:
     return "unknown"
 
 
+def _features(arch: Architecture, support: PrecisionSupport) -> Features:
+    fmt: Fp8Format | None = None
+    if support.fp8_format == "e4m3":
+        fmt = "e4m3"
+    elif support.fp8_format == "e4m3fnuz":
+        fmt = "e4m3fnuz"
+    return Features(
+        architecture=arch,
+        bf16=support.bf16,
+        fp8_compute=support.fp8_compute,
+        fp8_weight_only=support.fp8_weight_only,
+        fp8_kv_cache=support.fp8_kv_cache,
+        fp8_format=fmt,
+    )
+
+
 def features_for_cc(cc: tuple[int, int] | None) -> Features:
     """NVIDIA precision support from the compute capability alone.
 
-    - BF16 needs CC >= 8.0: vllm/platforms/cuda.py ``supported_dtypes`` and
-      ``check_if_supports_dtype`` ("Bfloat16 is only supported on GPUs with compute
-      capability of at least 8.0").
-    - Native FP8 (W8A8) needs CC >= 8.9: vllm/platforms/cuda.py ``supports_fp8()`` =
-      ``has_device_capability(89)``; docs/features/quantization/fp8.md.
-    - CC 8.0-8.8 runs ``--quantization fp8`` weight-only through FP8 Marlin:
-      vllm/model_executor/layers/quantization/fp8.py (``get_min_capability() -> 80``,
-      ``use_marlin = not has_device_capability(89)``). Below 8.0 it is rejected.
-    - FP8 KV cache by default only at CC >= 8.9: on Ampere Triton has no ``fp8e4nv``
-      (vLLM issue #26431) and FP8 KV with chunked prefill failed (#7714).
+    The rules live in ``slo_runtime.contract`` (``cuda_precision``), which the in-pod
+    launcher reads too: BF16 from 8.0, native FP8 (W8A8) from 8.9, ``--quantization fp8``
+    weight-only through FP8 Marlin on 8.0-8.8, an FP8 KV cache by default only from 8.9.
+    Each rule quotes its vLLM source there.
     """
-    arch = architecture_for_cc(cc)
-    if cc is None:
-        return Features(arch, False, False, False, False, None)
-    bf16 = cc >= (8, 0)
-    fp8 = cc >= (8, 9)
-    return Features(
-        architecture=arch,
-        bf16=bf16,
-        fp8_compute=fp8,
-        fp8_weight_only=(8, 0) <= cc < (8, 9),
-        fp8_kv_cache=fp8,
-        fp8_format="e4m3" if fp8 else None,
-    )
+    return _features(architecture_for_cc(cc), cuda_precision(cc))
+
+
+def architecture_for_gfx(gfx: str | None) -> Architecture:
+    """gfx90a is CDNA2 (MI200), gfx94x CDNA3 (MI300); others have no name here."""
+    g = normalize_gfx(gfx) or ""
+    if g.startswith("gfx94"):
+        return "cdna3"
+    if g.startswith("gfx90a"):
+        return "cdna2"
+    return "unknown"
 
 
 def features_for_gfx(gfx: str | None) -> Features:
     """AMD precision support from the gfx target.
 
-    - FP8 on gfx94x, gfx95x and gfx12 only: vllm/platforms/rocm.py ``supports_fp8()``.
-    - gfx94x stores FP8 as ``float8_e4m3fnuz``: rocm.py ``is_fp8_fnuz()``.
-    - No weight-only fallback on ROCm: fp8.py "Disable marlin for rocm".
-    - BF16 on gfx90a and newer: rocm.py maps gfx90a to capability (9, 0), which passes
-      the BF16 check; an unknown target gets FP16 only (conservative).
+    The rules live in ``slo_runtime.contract`` (``rocm_precision``): FP8 on gfx94x, gfx95x
+    and gfx12 (gfx94x stores ``float8_e4m3fnuz``), no weight-only fallback (Marlin is
+    disabled on ROCm), BF16 wherever vLLM's capability check passes on the capability it
+    derives from the target (gfx90a -> 9.0: MI200 and MI300 run BF16); an unknown or
+    missing target gets FP16 only (conservative).
     """
-    if gfx is None:
-        return Features("unknown", False, False, False, False, None)
-    g = gfx.lower()
-    fp8 = g.startswith(("gfx94", "gfx95", "gfx12"))
-    if g.startswith("gfx94"):
-        arch: Architecture = "cdna3"
-    elif g.startswith("gfx90a"):
-        arch = "cdna2"
-    else:
-        arch = "unknown"
-    bf16 = g.startswith(("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12"))
-    fmt: Fp8Format | None = ("e4m3fnuz" if g.startswith("gfx94") else "e4m3") if fp8 else None
-    return Features(arch, bf16, fp8, False, fp8, fmt)
+    return _features(architecture_for_gfx(gfx), rocm_precision(gfx))
+
+
+def features_for_gaudi(architecture: Architecture | None) -> Features:
+    """Intel Gaudi precision support from the generation (``gaudi2``, ``gaudi3``).
+
+    ``slo_runtime.contract.gaudi_precision``: BF16 on every generation; FP8 (through Intel
+    Neural Compressor, with a calibration file) and an ``fp8_inc`` KV cache on Gaudi 2 and 3.
+    """
+    arch: Architecture = architecture or "unknown"
+    return _features(arch, gaudi_precision(arch))
 
 
 class _Row(BaseModel):
@@ -172,10 +189,12 @@ class _Row(BaseModel):
     memory_bandwidth_gbps: float | None = None
     dense_bf16_tflops: float | None = None
     dense_fp8_tflops: float | None = None
-    # Only for vendors whose support is not derived from an architecture code (Gaudi).
-    bf16: bool = False
-    fp8_compute: bool = False
-    fp8_kv_cache: bool = False
+    # Gaudi rows may state their precision support; it must equal what the rule in
+    # slo_runtime.contract derives from the row's architecture (gaudi2, gaudi3), which is
+    # what is used. Never derived from a row for NVIDIA or AMD.
+    bf16: bool | None = None
+    fp8_compute: bool | None = None
+    fp8_kv_cache: bool | None = None
     fp8_format: Fp8Format | None = None
     labels: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
@@ -226,14 +245,17 @@ def _build(row: _Row) -> CatalogueEntry:
     elif row.vendor == "amd":
         feats = features_for_gfx(row.gfx_target)
     else:
-        feats = Features(
-            architecture=row.architecture or "unknown",
-            bf16=row.bf16,
-            fp8_compute=row.fp8_compute,
-            fp8_weight_only=False,
-            fp8_kv_cache=row.fp8_kv_cache,
-            fp8_format=row.fp8_format if row.fp8_compute else None,
-        )
+        feats = features_for_gaudi(row.architecture)
+        stated = {"bf16": row.bf16, "fp8_compute": row.fp8_compute,
+                  "fp8_kv_cache": row.fp8_kv_cache, "fp8_format": row.fp8_format}
+        wrong = [f"{k}: {v!r} (rule: {getattr(feats, k)!r})" for k, v in stated.items()
+                 if v is not None and v != getattr(feats, k)]
+        if wrong:
+            raise ValueError(
+                f"GPU catalogue: {row.product} ({row.architecture or 'no architecture'}) "
+                f"disagrees with the precision rules in slo_runtime.contract: "
+                + "; ".join(wrong)
+            )
     hw = HardwareClass(
         vendor=row.vendor,
         product=row.product,

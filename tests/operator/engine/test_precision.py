@@ -41,6 +41,9 @@ HW = {
     "MI210": hw("MI210"),
     "MI210NoGfx": replace(hw("MI210"), gfx_target=None),
     "MI300X": hw("MI300X"),
+    "MI250X": hw("MI250X"),
+    "B200": hw("B200"),
+    "RTX3090": hw("RTX-3090"),
     "Gaudi3": GAUDI,
     "GaudiNoFP8": replace(GAUDI, fp8_compute=False, fp8_kv_cache=False),
 }
@@ -131,6 +134,17 @@ WEIGHTS = [
                  id="amd-fp8-asked-refused-without-a-gfx-target"),
     pytest.param("T4", None, P(precision="fp8"), Err(PRECISION), [],
                  id="turing-fp8-asked-refused"),
+    pytest.param("RTX3090", None, P(precision="fp8"), ("bfloat16", "fp8", 1.0, []),
+                 [(PRECISION, "FP8WeightOnly")], id="ampere-8-6-fp8-asked-runs-weight-only"),
+    pytest.param("B200", None, P(), ("bfloat16", "fp8", 1.0, []), [(PRECISION, "FP8Native")],
+                 id="blackwell-auto-quantizes-fp8-natively"),
+    pytest.param("MI300X", None, P(precision="fp8"), ("bfloat16", "fp8", 1.0, []),
+                 [(PRECISION, "FP8Native")], id="mi300x-fp8-asked"),
+    # MI200 runs BF16 (vLLM's check passes gfx90a, mapped to capability 9.0).
+    pytest.param("MI250X", None, P(precision="bf16"), ("bfloat16", None, 2.0, []), [],
+                 id="mi250x-bf16-asked"),
+    pytest.param("MI250X", None, P(), ("bfloat16", None, 2.0, []), [(PRECISION, "NoFP8")],
+                 id="mi250x-auto-bf16-without-fp8"),
 ]
 
 # (gpu, prefs, want (--kv-cache-dtype, bytes per element) or Err, want_notes)
@@ -177,6 +191,11 @@ KV_CACHE = [
                  id="e5m2-asked-on-cuda"),
     pytest.param("A100", P(kv_cache_dtype="fp8"), ("fp8", 1.0), [(KV, "FP8KVCacheRisk")],
                  id="ampere-fp8-asked-kept-with-a-warning"),
+    pytest.param("B200", P(), ("fp8", 1.0), [(KV, "FP8KVCache")], id="blackwell-auto-fp8"),
+    pytest.param("RTX3090", P(kv_cache_dtype="fp8_e5m2"), ("fp8_e5m2", 1.0),
+                 [(KV, "FP8KVCacheRisk")], id="ampere-8-6-e5m2-asked-kept-with-a-warning"),
+    pytest.param("MI250X", P(), ("auto", 2.0), [(KV, "NoFP8KVCache")],
+                 id="mi250x-auto-has-no-fp8"),
     pytest.param("T4", P(kv_cache_dtype="fp8_e4m3"), ("fp8_e4m3", 1.0), [(KV, "FP8KVCacheRisk")],
                  id="turing-e4m3-asked-kept-with-a-warning"),
 ]

@@ -114,8 +114,17 @@ def test_features_for_cc(cc: tuple[int, int] | None, want: Features) -> None:
     [
         pytest.param(None, Features("unknown", False, False, False, False, None),
                      id="no-target-is-conservative"),
-        pytest.param("gfx908", Features("unknown", False, False, False, False, None),
-                     id="mi100-no-bf16"),
+        # vLLM's BF16 check on the capability it derives from the target (rocm.py
+        # _capability_from_gcn_arch: gfx908 -> 9.0, gfx1030 -> 10.3; >= 8.0 passes).
+        pytest.param("gfx908", Features("unknown", True, False, False, False, None),
+                     id="mi100-bf16-by-vllms-check"),
+        pytest.param("gfx803", Features("unknown", False, False, False, False, None),
+                     id="gfx8-refused-by-vllm-nothing"),
+        pytest.param("gfx", Features("unknown", False, False, False, False, None),
+                     id="target-without-digits-nothing"),
+        pytest.param("gfx90a:sramecc+:xnack-", Features("cdna2", True, False, False, False,
+                                                        None),
+                     id="torch-gcn-arch-name-with-features"),
         pytest.param("gfx90a", Features("cdna2", True, False, False, False, None),
                      id="cdna2-bf16-no-fp8"),
         pytest.param("GFX90A", Features("cdna2", True, False, False, False, None),
@@ -130,8 +139,8 @@ def test_features_for_cc(cc: tuple[int, int] | None, want: Features) -> None:
                      id="gfx95-ocp-fp8"),
         pytest.param("gfx1100", Features("unknown", True, False, False, False, None),
                      id="rdna3-bf16-no-fp8"),
-        pytest.param("gfx1030", Features("unknown", False, False, False, False, None),
-                     id="rdna2-nothing"),
+        pytest.param("gfx1030", Features("unknown", True, False, False, False, None),
+                     id="rdna2-bf16-no-fp8"),
         pytest.param("gfx1201", Features("unknown", True, True, False, True, "e4m3"),
                      id="rdna4-fp8"),
     ],
@@ -256,26 +265,55 @@ def test_row_architecture_overrides_the_derived_one() -> None:
     assert cat.entries[0].hardware.bf16 is False
 
 
-def test_gaudi_row_flags_come_from_the_row() -> None:
+def test_gaudi_row_flags_come_from_the_contracts_rule_for_its_generation() -> None:
     cat = parse_catalogue(
         "- {product: G-1, vendor: intel, display_name: G, architecture: gaudi3,"
         " memory_gib: 128, dense_fp8_tflops: 1835, bf16: true, fp8_compute: true,"
         " fp8_kv_cache: true, fp8_format: e4m3, sources: [s]}\n"
-        "- {product: G-2, vendor: intel, display_name: G2, memory_gib: 96,"
-        " dense_fp8_tflops: 865, fp8_kv_cache: true, fp8_format: e4m3fnuz, sources: [s]}\n"
+        "- {product: G-2, vendor: intel, display_name: G2, architecture: gaudi2,"
+        " memory_gib: 96, dense_fp8_tflops: 865, sources: [s]}\n"
         "- {product: G-3, vendor: intel, display_name: G3, memory_gib: 96,"
-        " fp8_compute: true, sources: [s]}\n"
+        " dense_fp8_tflops: 100, sources: [s]}\n"
     )
     g1, g2, g3 = (e.hardware for e in cat.entries)
     assert (g1.architecture, g1.bf16, g1.fp8_compute, g1.fp8_weight_only, g1.fp8_kv_cache,
             g1.fp8_format, g1.dense_fp8_tflops) == ("gaudi3", True, True, False, True, "e4m3", 1835)
     assert g1.resource_name == "habana.ai/gaudi"
-    # No FP8 compute: no FP8 format or FP8 throughput, whatever the row says.
+    # Flags left out of a row come from the rule all the same.
     assert (g2.architecture, g2.bf16, g2.fp8_compute, g2.fp8_kv_cache, g2.fp8_format,
-            g2.dense_fp8_tflops) == ("unknown", False, False, True, None, None)
-    assert (g3.fp8_compute, g3.fp8_kv_cache, g3.fp8_format, g3.bf16) == (True, False, None, False)
-    assert (g3.dense_fp8_tflops, g3.dense_bf16_tflops, g3.memory_bandwidth_gbps) == (
-        None, None, None)
+            g2.dense_fp8_tflops) == ("gaudi2", True, True, True, "e4m3", 865)
+    # An unknown generation: BF16 only; no FP8 format or FP8 throughput, whatever the row says.
+    assert (g3.architecture, g3.bf16, g3.fp8_compute, g3.fp8_kv_cache, g3.fp8_format,
+            g3.dense_fp8_tflops) == ("unknown", True, False, False, None, None)
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param("architecture: gaudi3, fp8_format: e4m3fnuz", id="gaudi3-fnuz"),
+    pytest.param("architecture: gaudi2, fp8_compute: false", id="gaudi2-without-fp8"),
+    pytest.param("fp8_compute: true, fp8_kv_cache: true", id="unknown-generation-with-fp8"),
+    pytest.param("architecture: gaudi3, bf16: false", id="gaudi3-without-bf16"),
+])
+def test_a_gaudi_row_that_contradicts_the_rule_is_an_error(
+    row: str, request: pytest.FixtureRequest, golden: Any
+) -> None:
+    with pytest.raises(ValueError) as exc:
+        parse_catalogue(f"- {{product: G-1, vendor: intel, display_name: G, memory_gib: 1,"
+                        f" {row}, sources: [s]}}")
+    golden.check("hardware", f"catalogue.gaudi-row-contradicts-rule.{request.node.callspec.id}",
+                 str(exc.value))
+
+
+def test_nvidia_and_amd_rows_ignore_stated_flags() -> None:
+    # The flags of a row are for Gaudi only; elsewhere the architecture code decides.
+    cat = parse_catalogue(
+        "- {product: A-1, vendor: nvidia, display_name: A, compute_capability: [8, 0],"
+        " memory_gib: 80, fp8_compute: true, fp8_kv_cache: true, sources: [s]}\n"
+        "- {product: M-1, vendor: amd, display_name: M, gfx_target: gfx90a, memory_gib: 64,"
+        " fp8_compute: true, sources: [s]}\n"
+    )
+    a, m = (e.hardware for e in cat.entries)
+    assert (a.fp8_compute, a.fp8_weight_only, a.fp8_kv_cache) == (False, True, False)
+    assert (m.bf16, m.fp8_compute, m.fp8_kv_cache) == (True, False, False)
 
 
 @pytest.mark.parametrize("arch", [
@@ -289,10 +327,10 @@ def test_every_architecture_is_accepted_in_a_row(arch: str) -> None:
     assert cat.entries[0].hardware.architecture == arch
 
 
-@pytest.mark.parametrize("fmt", ["e4m3", "e4m3fnuz"])
-def test_every_fp8_format_is_accepted_in_a_row(fmt: str) -> None:
+@pytest.mark.parametrize(("gfx", "fmt"), [("gfx950", "e4m3"), ("gfx942", "e4m3fnuz")])
+def test_every_fp8_format_is_derived_for_some_row(gfx: str, fmt: str) -> None:
     cat = parse_catalogue(
-        f"- {{product: G-1, vendor: intel, display_name: G, fp8_compute: true, fp8_format: {fmt},"
+        f"- {{product: M-1, vendor: amd, display_name: M, gfx_target: {gfx},"
         " memory_gib: 1, sources: [s]}"
     )
     assert cat.entries[0].hardware.fp8_format == fmt
@@ -512,3 +550,21 @@ def test_catalogue_values_are_immutable_and_hashable() -> None:
     assert hash(entry.hardware) == hash(load_catalogue().by_key["H100SXM80GB"].hardware)
     assert hash(feats) == hash(features_for_cc((9, 0)))
     assert {entry: 1}[entry] == 1
+
+
+def test_every_packaged_row_follows_the_contracts_precision_rules() -> None:
+    """One home: every row's flags are what slo_runtime.contract (which the in-pod launcher
+    applies to the probed GPU) derives from the row's capability, target or generation."""
+    from slo_runtime import contract
+
+    for entry in load_catalogue().entries:
+        hw = entry.hardware
+        if hw.vendor == "nvidia":
+            sup = contract.cuda_precision(hw.compute_capability)
+        elif hw.vendor == "amd":
+            sup = contract.rocm_precision(hw.gfx_target)
+        else:
+            sup = contract.gaudi_precision(hw.architecture)
+        assert (hw.bf16, hw.fp8_compute, hw.fp8_weight_only, hw.fp8_kv_cache, hw.fp8_format) == (
+            sup.bf16, sup.fp8_compute, sup.fp8_weight_only, sup.fp8_kv_cache, sup.fp8_format
+        ), hw.product
