@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from slo_operator.api.models import GROUP
 from slo_operator.hardware import resolve_product
@@ -26,7 +27,7 @@ from slo_operator.hardware import resolve_product
 PRICES_LABEL = f"{GROUP}/gpu-prices"
 
 # Relative price per GPU-hour, H100 SXM = 1.00 (catalogue products, data/gpus.yaml).
-DEFAULT_GPU_PRICES: Mapping[str, float] = {
+DEFAULT_GPU_PRICES: Mapping[str, float] = MappingProxyType({
     "V100-SXM2-16GB": 0.30,
     "V100-SXM2-32GB": 0.35,
     "T4-16GB": 0.12,
@@ -54,7 +55,7 @@ DEFAULT_GPU_PRICES: Mapping[str, float] = {
     "MI325X-256GB": 0.95,
     "Gaudi2-96GB": 0.40,
     "Gaudi3-128GB": 0.60,
-}
+})  # read-only: parse_prices(None) hands out this very mapping
 # A product the list does not name (a new GPU) is priced like the dearest known one, so
 # it is never preferred on price alone.
 UNKNOWN_PRICE = max(DEFAULT_GPU_PRICES.values())

@@ -64,11 +64,18 @@ def evaluate_window(signals: Signals, objectives: Objectives) -> Verdict:
     missing = [n for n, v, _, _ in checks if v is None and n != "jitter"]
     bad = [(n, v, t, u) for n, v, t, u in checks if v is not None and v > t]
     if bad:
-        text = ", ".join(f"{n} {v:.3g}{u} > {t:.3g}{u}" for n, v, t, u in bad if v is not None)
+        text = ", ".join(f"{n} {_num(v)}{u} > {_num(t)}{u}" for n, v, t, u in bad
+                         if v is not None)
         return Verdict(Outcome.BAD, tuple(n for n, *_ in bad), text)
     if missing:
         return Verdict(Outcome.UNKNOWN, message="no samples for " + ", ".join(missing))
     return Verdict(Outcome.GOOD, message="all objectives met")
+
+
+def _num(x: float) -> str:
+    """Three significant digits, never in exponent notation (users read "1234ms", not
+    "1.23e+03ms")."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 _RUN = re.compile(r"([gbu])(\d+)")

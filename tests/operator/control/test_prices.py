@@ -189,3 +189,10 @@ def test_unknown_keys_are_named_in_key_order_and_the_rest_applies(golden: Any) -
     golden.check("control", "prices.unknown-keys-and-a-bad-value", "\n".join(prices.problems))
     assert prices.per_gpu_hour(L4) == 0.3
     assert "Banana" not in prices.prices
+
+
+def test_the_default_price_list_cannot_be_changed_by_a_caller() -> None:
+    handed_out = parse_prices(None)
+    with pytest.raises(TypeError):
+        handed_out.prices["H100-SXM-80GB"] = 0.0  # type: ignore[index]
+    assert parse_prices(None).prices["H100-SXM-80GB"] == 1.0
