@@ -93,16 +93,25 @@ def test_a_pass_over_unchanged_services_sends_no_writes_and_no_reads(
     start = passes(fast_operator) + 1
     cluster.wait_for(lambda: passes(fast_operator) > start, timeout=30, desc="a settling pass")
 
-    before = request_counts(cluster)
-    first = passes(fast_operator)
-    cluster.wait_for(lambda: passes(fast_operator) >= first + 5, timeout=60,
-                     desc="five periodic passes")
-    after = request_counts(cluster)
+    # The API server counts every client's requests. Until the garbage collector watches the
+    # new CRD (its discovery resyncs every 30 s), it looks up the InferenceService owners of
+    # Deployments with GETs; those stop, while an operator that read would read in every
+    # window. So a window with only such GETs is measured again (at most three windows);
+    # writes must be zero in every window.
+    for attempt in range(3):
+        before = request_counts(cluster)
+        first = passes(fast_operator)
+        cluster.wait_for(lambda first=first: passes(fast_operator) >= first + 5,
+                         timeout=60, desc="five periodic passes")
+        after = request_counts(cluster)
 
-    delta = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-    writes = {k: v for k, v in delta.items() if k[0] in WRITES}
-    reads = {k: v for k, v in delta.items() if k[0] in READS}
-    assert writes == {}, f"writes during unchanged passes: {writes}"
+        delta = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+        writes = {k: v for k, v in delta.items() if k[0] in WRITES}
+        reads = {k: v for k, v in delta.items() if k[0] in READS}
+        assert writes == {}, f"writes during unchanged passes: {writes}"
+        owner_lookups = set(reads) <= {("GET", "inferenceservices", "")}
+        if not reads or not owner_lookups or attempt == 2:
+            break
     assert reads == {}, f"GETs/LISTs during passes (watch caches should serve): {reads}"
     # And the counters do see the operator's requests: the passes' zero is a real zero.
     assert before[("APPLY", "deployments", "")] >= 3
