@@ -62,3 +62,9 @@ crds: venv
 profiles: venv
 	@test -n "$(PROFILE_RUN)" || { echo "usage: make profiles PROFILE_RUN=DIR (the --out directory of slo-runtime profile)" >&2; exit 2; }
 	$(BIN)/slo-operator profiles --from "$(PROFILE_RUN)" --out-dir operator/slo_operator/data/profiles
+
+# The scale benchmark (docs/scale.md): N = 10, 100, 1000 InferenceServices on the local dev
+# cluster; SCALE_ARGS, e.g. make scale SCALE_ARGS="-n 10 -n 100 --interval 5".
+.PHONY: scale
+scale: venv binaries
+	$(BIN)/slo-operator scale $(SCALE_ARGS)

@@ -113,6 +113,32 @@ def replica(host: str, port: int, served_model_name: str, max_num_seqs: int,
 
 
 
+@click.command()
+@click.option("-n", "--services", "ns", type=click.IntRange(min=1), multiple=True,
+              default=(10, 100, 1000), show_default=True,
+              help="Numbers of InferenceServices to measure (repeatable; a fresh cluster each).")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
+              help="The operator's seconds between periodic passes.")
+@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True,
+              help="The operator's --workers.")
+@click.option("--passes", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Steady-state passes counted per N.")
+@click.option("--cold-timeout", type=click.FloatRange(min=10), default=900.0,
+              show_default=True, help="Seconds allowed for all services to be reconciled.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder (default: ./_out/scale-<timestamp>).")
+def scale(ns: tuple[int, ...], interval: float, workers: int, passes: int,
+          cold_timeout: float, out: Path | None) -> None:
+    """N InferenceServices on the local dev cluster: what one control cycle costs."""
+    import time
+
+    from slo_devtools.scale.benchmark import run as run_scale
+
+    out = out or Path("_out") / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_scale(sorted(set(ns)), interval=interval, workers=workers, passes=passes, out=out,
+              cold_timeout=cold_timeout)
+    click.echo(f"Wrote {out / 'scale.json'} and {out / 'scale.md'}")
+
 
 @click.group()
 def main() -> None:
@@ -122,6 +148,7 @@ def main() -> None:
 main.add_command(replica)
 main.add_command(demo)
 main.add_command(bench)
+main.add_command(scale)
 
 if __name__ == "__main__":  # pragma: no cover
     main(prog_name=os.path.basename(sys.argv[0]))

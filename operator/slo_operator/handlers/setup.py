@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.scanning.disabled = True
     config: OperatorSettings = getattr(memo, "config", None) or OperatorSettings()
     settings.execution.max_workers = config.workers
+    # Every Kubernetes call and PromQL query goes through asyncio.to_thread, i.e. the loop's
+    # default executor (min(32, cores + 4) threads otherwise: 6 on 2 cores, flooded by a
+    # cold start's events at 1,000 services, docs/scale.md). --workers sizes it too.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="slo-io"))
     api = load_api_client(config.kubeconfig)
     profiles = load_profiles() + (load_profiles(Path(config.profiles_dir))
                                   if config.profiles_dir else ())
