@@ -33,7 +33,7 @@ from slo_operator.reconcile.desired import (
 )
 from slo_operator.render.names import is_namespace_name, is_object_name
 from slo_operator.render.objects import build_all
-from slo_operator.settings import OPTIONS, OperatorSettings, operator_version
+from slo_operator.settings import OperatorSettings, operator_version, option
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 
@@ -363,7 +363,7 @@ def rules(filename: str, fmt: str) -> None:
 def _setting(field: str, *extra: str, **kwargs: Any) -> Callable[[FC], FC]:
     """A ``run`` option for one field of :class:`OperatorSettings`: flag, environment
     variable and help from the settings table, default from the dataclass."""
-    opt = next(o for o in OPTIONS if o.field == field)
+    opt = option(field)
     default = OperatorSettings.__dataclass_fields__[field].default
     if "multiple" not in kwargs:
         kwargs.setdefault("default", default)

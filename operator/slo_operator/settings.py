@@ -104,6 +104,11 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+def option(name: str) -> Option:
+    """The table's row for the setting ``name`` (a field of :class:`OperatorSettings`)."""
+    return next(o for o in OPTIONS if o.field == name)
+
+
 def _flag(name: str) -> str:
-    return next(o.flag for o in OPTIONS if o.field == name)
+    return option(name).flag
 

@@ -1,18 +1,16 @@
-"""The kopf handlers are thin: they share the refresh step below them, import no other
-handler module, and an SLOPolicy edit decides for its bound services at once."""
+"""The kopf handlers are thin: they share the refresh step below them (that no handler
+imports another is an import-linter contract), and an SLOPolicy edit decides for its bound
+services at once."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 from collections.abc import Coroutine, Mapping
-from pathlib import Path
 from typing import Any, cast
 
 import kopf
 import pytest
 
-import slo_operator.handlers
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers import indexes
@@ -24,29 +22,6 @@ from tests.operator.reconcile.fake import FakeKube
 from tests.operator.reconcile.prom_fake import FakeMetrics
 from tests.operator.reconcile.test_loop import QUIET, planned
 from tests.operator.reconcile.test_service import make_policy
-
-HANDLERS = Path(next(iter(slo_operator.handlers.__path__)))
-# Handler modules may share the context (setup) and the index registrations (indexes).
-SHARED = {"slo_operator.handlers.setup", "slo_operator.handlers.indexes"}
-
-
-def handler_imports(path: Path) -> set[str]:
-    """The handler modules ``path`` imports (``from slo_operator.handlers import x`` too)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module == "slo_operator.handlers":
-            names |= {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return {".".join(n.split(".")[:3]) for n in names if n.startswith("slo_operator.handlers.")}
-
-
-@pytest.mark.parametrize("module", sorted(p.name for p in HANDLERS.glob("*.py")))
-def test_a_handler_module_imports_no_other_handler_module(module: str) -> None:
-    own = f"slo_operator.handlers.{module.removesuffix('.py')}"
-    assert handler_imports(HANDLERS / module) - SHARED - {own} == set()
 
 
 def test_the_snapshot_reads_exactly_the_indexes_the_handlers_register() -> None:
