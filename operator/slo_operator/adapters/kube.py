@@ -27,6 +27,7 @@ from slo_operator.api.cluster import (
     PodObs,
     Snapshot,
 )
+from slo_operator.api.conditions import epoch_seconds
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.control.prices import PRICES_LABEL
 from slo_operator.render.names import ANNOTATION_SERVICE_NAME
@@ -68,15 +69,6 @@ def load_api_client(kubeconfig: str | None = None) -> ApiClient:
 def _int_or_none(raw: object) -> int | None:
     try:
         return int(str(raw)) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _epoch(ts: object) -> float | None:
-    if not isinstance(ts, str) or not ts:
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
@@ -131,7 +123,7 @@ def pod_obs(body: Mapping[str, Any]) -> PodObs | None:
             unsched = c.get("reason") == "Unschedulable"
             msg = c.get("message") or ""
         if c.get("type") == "Ready" and c.get("status") == "True":
-            ready, since = True, _epoch(c.get("lastTransitionTime"))
+            ready, since = True, epoch_seconds(c.get("lastTransitionTime"))
     raw = (meta.get("annotations") or {}).get(ANNOTATION_INFLIGHT_LIMIT)
     labels = meta.get("labels") or {}
     resource, gpus = _pod_gpus(body)

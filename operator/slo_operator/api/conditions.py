@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from slo_operator.api.models import Condition
 
@@ -96,6 +96,18 @@ class Cond:
 def rfc3339(now: datetime) -> str:
     """``now`` as an RFC 3339 UTC timestamp, second precision."""
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch_seconds(stamp: object) -> float | None:
+    """An RFC 3339 timestamp as Kubernetes and :func:`rfc3339` write it, in seconds since the
+    epoch (UTC when it names no zone); None for anything else."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone(timedelta(0)))).timestamp()
 
 
 def merge_conditions(

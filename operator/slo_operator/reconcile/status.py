@@ -12,14 +12,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import DeploymentObs, PodObs
-from slo_operator.api.conditions import Cond, rfc3339
+from slo_operator.api.conditions import Cond, epoch_seconds, rfc3339
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import Condition, DecisionRecord, ObservedStatus, SLOPolicySpec
 from slo_operator.api.observe import MetricsState, Signals
@@ -312,12 +312,7 @@ _APART = ("observed", "control", "attainment", "errorBudgetRemaining", "conditio
 def written_at(stamp: str | None) -> float | None:
     """``observed.time`` (when the SLO loop last wrote the status, whole seconds) in
     seconds since the epoch; None before its first write."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
+    return epoch_seconds(stamp)
 
 
 def heartbeat_due(stamp: str | None, now: float) -> bool:
