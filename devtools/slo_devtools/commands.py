@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -35,6 +38,11 @@ def demo(duration: float | None, trace: str | None, speed: float | None, out: Pa
     entry.main(duration=duration, trace=trace, speed=speed, out=out, keep=keep)
 
 
+# Options that describe your own traffic: only with --trace-file or --rate-file.
+TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "max_model_len",
+                   "time_unit", "rate_interval", "cv", "lengths")
+
+
 @click.command()
 @click.option("--trace", "traces", multiple=True, default=("azure-code,azure-conv",),
               show_default=True,
@@ -51,21 +59,109 @@ def demo(duration: float | None, trace: str | None, speed: float | None, out: Pa
               help="slo: the traces on one GPU pool; mixed-fleet: every policy on GPU pools "
                    "of limited size and price (its own compressed ramp; --trace ignored), "
                    "cost and placement per policy.")
+@click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE",
+              help="Your traffic instead of --trace: CSV or JSONL, one request a row (arrival "
+                   "time, prompt tokens, output tokens, optional tenant); docs/benchmark.md.")
+@click.option("--rate-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE",
+              help="Your aggregate request rate instead of --trace: CSV or JSONL, start time "
+                   "or interval index and rate (req/s) or count per row.")
+@click.option("--rate-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Multiply the file's request rate by this.")
+@click.option("--objectives", metavar="E2E_MS,TTFT_MS,ITL_MS",
+              help="P99 end-to-end, P95 first-token and P99 inter-token targets in ms, e.g. "
+                   "20000,3000,100 (default: the chat objectives of --targets).")
+@click.option("--gpu", metavar="PRODUCT",
+              help="GPU of every replica, a product of the operator's catalogue "
+                   "(e.g. 'NVIDIA H100 80GB HBM3', A100-80GB, L4; default: NVIDIA H200).")
+@click.option("--model", metavar="NAME",
+              help="Model of a shipped profile: llama-3.1-8b (default) or llama-3.1-70b.")
+@click.option("--max-replicas", type=click.IntRange(min=1),
+              help="Upper bound on replicas per service, for every policy (default 16).")
+@click.option("--max-model-len", type=click.IntRange(min=16), metavar="TOKENS",
+              help="Longest request (prompt + output) a replica accepts (default: the "
+                   "model's context, 131072); longer ones are dropped and counted.")
+@click.option("--time-unit", type=click.Choice(["s", "ms"]), default="s", show_default=True,
+              help="Unit of numeric times in the file (a column named *_ms is in ms anyway).")
+@click.option("--rate-interval", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS",
+              help="--rate-file: length of an interval given by index (default 60), or of the "
+                   "last one given by start time (default: the median spacing).")
+@click.option("--cv", type=click.FloatRange(min=0, min_open=True),
+              help="--rate-file: coefficient of variation of inter-arrival times (Gamma "
+                   "renewal; 1 is Poisson; default 1.2, ServeGen's production median).")
+@click.option("--lengths", metavar="TRACE",
+              help="--rate-file: shipped trace whose (prompt, output) pairs are drawn: "
+                   "azure-conv (default) or azure-code.")
 def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int,
-          scenario: str) -> None:
-    """Replay traces through simulated vLLM replicas under every autoscaler; write a report."""
+          scenario: str, trace_file: Path | None, rate_file: Path | None, rate_scale: float,
+          objectives: str | None, gpu: str | None, model: str | None,
+          max_replicas: int | None, max_model_len: int | None, time_unit: str,
+          rate_interval: float | None, cv: float | None, lengths: str | None) -> None:
+    """Replay traces through simulated vLLM replicas under every autoscaler; write a report.
+
+    With --trace-file or --rate-file, your own traffic: what slo-operator and the other
+    autoscalers would do with it, before installing anything."""
     from slo_devtools.sim.command import run as run_bench
     from slo_devtools.sim.command import run_fleet
 
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+
     sets = ["strict", "loose"] if targets == "both" else [targets]
     try:
-        if scenario == "mixed-fleet":
-            path = run_fleet(sets, out, seed)
+        if trace_file is not None or rate_file is not None:
+            path = _bench_traffic(given, sets, out, seed, jobs, scenario, trace_file, rate_file,
+                                  rate_scale, objectives, gpu, model, max_replicas,
+                                  max_model_len, time_unit, rate_interval, cv, lengths)
         else:
-            path = run_bench(list(traces), sets, out, seed, jobs)
+            extra = [n for n in TRAFFIC_OPTIONS if given(n)]
+            if extra:
+                opt = "--" + extra[0].replace("_", "-")
+                raise ValueError(f"{opt}: only with --trace-file or --rate-file")
+            if scenario == "mixed-fleet":
+                path = run_fleet(sets, out, seed)
+            else:
+                path = run_bench(list(traces), sets, out, seed, jobs)
     except ValueError as err:
         raise InputError(str(err)) from err
     click.echo(f"Wrote {path}")
+
+
+def _bench_traffic(given: Callable[[str], bool], sets: list[str], out: Path, seed: int,
+                   jobs: int, scenario: str, trace_file: Path | None, rate_file: Path | None,
+                   rate_scale: float, objectives: str | None, gpu: str | None,
+                   model: str | None, max_replicas: int | None, max_model_len: int | None,
+                   time_unit: str, rate_interval: float | None, cv: float | None,
+                   lengths: str | None) -> Path:
+    """``bench --trace-file/--rate-file``: check the options, then run and report."""
+    from slo_devtools.sim.command import run_traffic
+    from slo_devtools.sim.user_trace import TrafficSpec, parse_objectives
+
+    if trace_file is not None and rate_file is not None:
+        raise ValueError("--rate-file: give --trace-file or --rate-file, not both")
+    if given("traces"):
+        raise ValueError("--trace: give --trace or --trace-file/--rate-file, not both")
+    if scenario != "slo":
+        raise ValueError(f"--scenario: {scenario} runs its own ramp, not a --trace-file or "
+                         "--rate-file")
+    if trace_file is not None:
+        for name in ("rate_interval", "cv", "lengths"):
+            if given(name):
+                raise ValueError(f"--{name.replace('_', '-')}: only with --rate-file (a trace "
+                                 "file gives every arrival and length)")
+    obj = parse_objectives(objectives) if objectives is not None else None
+    given_values: dict[str, Any] = {"model": model, "gpu": gpu, "max_replicas": max_replicas,
+                                    "cv": cv, "lengths": lengths}
+    spec = replace(TrafficSpec(trace_file=trace_file, rate_file=rate_file,
+                               rate_scale=rate_scale, max_model_len=max_model_len,
+                               time_unit=time_unit, rate_interval=rate_interval, seed=seed),
+                   **{k: v for k, v in given_values.items() if v is not None})
+    return run_traffic(spec, obj, sets, out, jobs,
+                       warn=lambda m: click.echo(f"warning: {m}", err=True))
 
 
 @click.command()

@@ -107,6 +107,9 @@ NUM_PREEMPTIONS = "vllm:num_preemptions"             # counter
 GENERATION_TOKENS = "vllm:generation_tokens"         # counter
 PROMPT_TOKENS = "vllm:prompt_tokens"                 # counter
 REQUEST_SUCCESS = "vllm:request_success"             # counter, label finished_reason
+# Prefix cache, in prompt tokens: tokens looked up and tokens found (counters).
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 # Names of older vLLM releases for the same signal (a documented fallback: autoscalers
 # elsewhere broke on these renames).
@@ -160,10 +163,12 @@ GATEWAY_INFLIGHT_LIMIT = "slo_gateway_inflight_limit"             # gauge
 GATEWAY_REQUESTS = "slo_gateway_requests"                         # counter, tenant + code
 GATEWAY_REJECTIONS = "slo_gateway_rejections"                     # counter, tenant + reason
 GATEWAY_CANCELLED = "slo_gateway_cancelled"                       # counter, tenant
+# Requests as they arrive, before admission (demand, not completions): counter, tenant.
+GATEWAY_ARRIVALS = "slo_gateway_arrivals"
 GATEWAY_METRICS = (
     GATEWAY_TTFT, GATEWAY_E2E_LATENCY, GATEWAY_QUEUE_WAIT, GATEWAY_QUEUE_DEPTH,
     GATEWAY_INFLIGHT, GATEWAY_INFLIGHT_LIMIT, GATEWAY_REQUESTS, GATEWAY_REJECTIONS,
-    GATEWAY_CANCELLED,
+    GATEWAY_CANCELLED, GATEWAY_ARRIVALS,
 )
 
 # --- precision ----------------------------------------------------------------------------

@@ -7,9 +7,10 @@
   ``slo_runtime.admission``); the tenant comes from a header or from the API key.
 - Responses, streaming ones included, are passed through byte for byte; a client that
   goes away cancels its upstream request; a slow reader only slows itself.
-- Its own TTFT / end-to-end / queue-wait histograms and queue gauges on ``/metrics``, and
-  what the launcher found and started in the pod (the probe's GPUs,
-  ``slo_runtime_engine_info`` and ``slo_runtime_engine_change`` from its engine-info file).
+- Its own TTFT / end-to-end / queue-wait histograms, arrival / answer / refusal counters
+  and queue gauges on ``/metrics``, and what the launcher found and started in the pod
+  (the probe's GPUs, ``slo_runtime_engine_info`` and ``slo_runtime_engine_change`` from
+  its engine-info file).
 """
 
 from __future__ import annotations
@@ -110,6 +111,12 @@ class GatewayMetrics:
                                   ["tenant", "reason"], registry=reg)
         self.cancelled = Counter(contract.GATEWAY_CANCELLED, "Requests whose client went away.",
                                  ["tenant"], registry=reg)
+        # Demand as it arrives: every inference request, counted before it is read,
+        # admitted or queued, so requests later refused or abandoned count too (completions
+        # alone undercount demand whenever the queue grows or requests are refused).
+        self.arrivals = Counter(contract.GATEWAY_ARRIVALS,
+                                "Inference requests arrived, before admission.",
+                                ["tenant"], registry=reg)
         # vLLM's own boundaries, so the gateway's view and the engine's compare bucket by
         # bucket (and the queueing in front of vLLM reads off).
         self.ttft = Histogram(contract.GATEWAY_TTFT,
@@ -147,6 +154,10 @@ class Gateway:
         self.admission = FairAdmission(cfg.default_limit, weights,
                                        max_queue=cfg.max_queue_per_tenant)
         self.metrics = GatewayMetrics(self.admission)
+        # Arrival series of the known tenants exist from the start at 0: rate() over a
+        # series that first appears at 1 never counts that first request.
+        for name in {*cfg.tenants.tenants, cfg.tenants.default_tenant}:
+            self.metrics.child("arrivals", name)
         self.key_to_tenant = {k: n for n, s in cfg.tenants.tenants.items() for k in s.api_keys}
         self.session: aiohttp.ClientSession | None = None
         self._stop = asyncio.Event()
@@ -226,6 +237,10 @@ class Gateway:
         tenant = "-"
         stream = False
         if governed:
+            # Counted under the tenant its headers name ("unknown" when none is known),
+            # before anything can refuse it.
+            resolved = self.resolve_tenant(request)
+            self.metrics.child("arrivals", resolved or "unknown").inc()
             cl = request.content_length
             if cl is not None and cl > self.cfg.max_body_bytes:
                 return self._reject(tenant, 413, "too_large",
@@ -242,7 +257,6 @@ class Gateway:
             if not isinstance(doc, dict):
                 return self._reject(tenant, 400, "invalid", "request body must be an object")
             stream = doc.get("stream") is True
-            resolved = self.resolve_tenant(request)
             if resolved is None:
                 return self._reject("unknown", 403, "unknown_tenant",
                                     "no tenant known for this request", "PermissionDenied")

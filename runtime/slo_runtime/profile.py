@@ -2,6 +2,9 @@
 
 Measures device-copy bandwidth, BF16 and FP8 matrix rates, and for each model shape the
 decode step (CUDA graphs on GPU) and prefill time at several sizes, in BF16 and FP8.
+Optionally, long context: a prompt prefilled chunk by chunk as a chunked-prefill engine
+does (each chunk attends to every earlier token of its prompt, read from the KV cache),
+and decode steps at long per-sequence contexts.
 The analysis (knee, FP8 verdicts) lives in :mod:`slo_runtime.profile_math`; the format
 is described in ``docs/profile-format.md``.
 """
@@ -9,6 +12,8 @@ is described in ``docs/profile-format.md``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import itertools
 import json
 import logging
 import statistics
@@ -39,10 +44,25 @@ class ModelPlan:
     # Per mode: layers to build; None = as many as fit (all when the model fits).
     layers: dict[str, int | None] = field(default_factory=dict)
     name: str | None = None                     # output file stem
+    # Long context (empty: not measured). A prompt of max(prefill_contexts) + chunk tokens
+    # is prefilled chunk by chunk for each chunk size; the chunk after each listed context
+    # and the sum of the chunks of each listed prompt length are reported. Contexts must
+    # be multiples of every chunk size (chunks start at multiples of the chunk).
+    prefill_chunks: list[int] = field(default_factory=list)
+    prefill_contexts: list[int] = field(default_factory=list)
+    # Decode batches per context length (tokens per sequence), e.g. {"32768": [1, 8]}.
+    decode_contexts: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelPlan:
         return cls(**d)
+
+    def __post_init__(self) -> None:
+        for c in self.prefill_contexts:
+            for t in self.prefill_chunks:
+                if c % t:
+                    raise ValueError(f"prefill_contexts: {c} is not a multiple of the "
+                                     f"prefill_chunks value {t}")
 
 
 @dataclass
@@ -53,6 +73,8 @@ class Settings:
     decode_iters: int = 30
     prefill_iters: int = 10
     warmup: int = 3
+    # Passes over each long chunked prompt; every chunk's median over the passes is kept.
+    chunk_passes: int = 3
     gemm_n: int = 8192
     copy_bytes: int = 2**32
 
@@ -86,6 +108,29 @@ class Timer:
                 fn()
                 times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
+
+    def sequence_ms(self, fns: list[Callable[[], object]], passes: int) -> list[float]:
+        """Median time of each callable of a sequence run back to back, over ``passes``
+        runs of the whole sequence (device events between the calls, no synchronization
+        inside a pass, so the device never waits for the host between two calls)."""
+        runs: list[list[float]] = []
+        for _ in range(passes):
+            if self.cuda:
+                evs = [torch.cuda.Event(enable_timing=True) for _ in range(len(fns) + 1)]
+                evs[0].record()
+                for fn, ev in zip(fns, evs[1:], strict=True):
+                    fn()
+                    ev.record()
+                evs[-1].synchronize()
+                runs.append([a.elapsed_time(b) for a, b in itertools.pairwise(evs)])
+            else:
+                row = []
+                for fn in fns:
+                    t0 = time.perf_counter()
+                    fn()
+                    row.append((time.perf_counter() - t0) * 1e3)
+                runs.append(row)
+        return [statistics.median(col) for col in zip(*runs, strict=True)]
 
 
 def measure_copy_gbps(device: torch.device, nbytes: int, timer: Timer) -> float:
@@ -124,9 +169,12 @@ def measure_gemm_tflops(device: torch.device, n: int, timer: Timer,
 
 # --- per model --------------------------------------------------------------------
 def _decode_ms(dec: Decoder, ks: list[torch.Tensor], vs: list[torch.Tensor], batch: int,
-               ctx: int, st: Settings, timer: Timer) -> tuple[float, float]:
-    """Median decode-step time and LM-head time at ``batch`` sequences of ``ctx`` tokens."""
+               ctx: int, st: Settings, timer: Timer,
+               step_fn: DecodeStep | None = None) -> tuple[float, float]:
+    """Median decode-step time and LM-head time at ``batch`` sequences of ``ctx`` tokens
+    (the step is ``dec.decode`` unless ``step_fn`` is given)."""
     dev = dec.device
+    decode = dec.decode if step_fn is None else functools.partial(step_fn, dec)
     x = torch.randn(batch, dec.shape.hidden_size, device=dev, dtype=dec.dtype)
     hx = torch.randn(batch, dec.shape.hidden_size, device=dev, dtype=dec.dtype)
     if dev.type == "cuda" and st.use_graphs:
@@ -135,19 +183,19 @@ def _decode_ms(dec: Decoder, ks: list[torch.Tensor], vs: list[torch.Tensor], bat
         with torch.cuda.stream(side):
             # Eager runs first: compile the fused kernels outside the capture.
             for _ in range(2):
-                dec.decode(x, ks, vs, ctx)
+                decode(x, ks, vs, ctx)
                 dec.lm_head_step(hx)
         torch.cuda.current_stream().wait_stream(side)
         g, gh = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            dec.decode(x, ks, vs, ctx)
+            decode(x, ks, vs, ctx)
         with torch.cuda.graph(gh):
             dec.lm_head_step(hx)
         step = timer.median_ms(g.replay, st.decode_iters, st.warmup)
         head = timer.median_ms(gh.replay, st.decode_iters, st.warmup)
         del g, gh
         return step, head
-    step = timer.median_ms(lambda: dec.decode(x, ks, vs, ctx), st.decode_iters, st.warmup)
+    step = timer.median_ms(lambda: decode(x, ks, vs, ctx), st.decode_iters, st.warmup)
     head = timer.median_ms(lambda: dec.lm_head_step(hx), st.decode_iters, st.warmup)
     return step, head
 
@@ -176,6 +224,204 @@ def _prefill_ms(dec: Decoder, tokens: int, st: Settings, timer: Timer) -> float:
     return timer.median_ms(lambda: dec.prefill(x), st.prefill_iters, 2)
 
 
+DecodeStep = Callable[[Decoder, torch.Tensor, list[torch.Tensor], list[torch.Tensor], int],
+                      torch.Tensor]
+# Smallest KV split of the split-KV decode: shorter splits cost more in the merge than
+# they gain in parallelism (FlashAttention's heuristic likewise keeps a split at least a
+# few 128-key blocks long).
+MIN_KV_SPLIT = 512
+
+
+def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention output and log-sum-exp of ``q`` [B, Hq, L, d] against ``k``/``v``
+    [B, Hkv, S, d] (Hkv divides Hq: grouped-query heads share a KV head).
+
+    ``causal`` aligns the mask bottom-right: query ``i`` sees keys up to ``S - L + i``,
+    the rule for a chunk of queries that follows ``S - L`` cached keys. On CUDA this is
+    PyTorch's flash-attention operator, whose causal mask is bottom-right aligned
+    (``torch/nn/attention/bias.py``, ``CausalBias._dispatch``, the ``LOWER_RIGHT``
+    branch calls it with ``is_causal=True``) and which reads grouped K/V heads in place;
+    elsewhere a float32 reference of the same function.
+    """
+    if q.device.type == "cuda":
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)
+        return out[0], out[1]
+    group = q.shape[1] // k.shape[1]
+    kf = k.float().repeat_interleave(group, 1)
+    vf = v.float().repeat_interleave(group, 1)
+    scores = q.float() @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        ql, kl = q.shape[2], k.shape[2]
+        keep = torch.ones(ql, kl, dtype=torch.bool, device=q.device).tril(kl - ql)
+        scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores, -1)
+    return (torch.softmax(scores, -1) @ vf).to(q.dtype), lse
+
+
+def kv_splits(parallel: int, keys: int, processors: int) -> int:
+    """KV splits of a decode attention with ``parallel`` (sequence, KV head) problems over
+    ``keys`` cached keys: enough for two blocks per multiprocessor, none shorter than
+    ``MIN_KV_SPLIT`` (the split-KV, "flash-decoding", scheme of FlashAttention's
+    ``num_splits_heuristic`` in ``csrc/flash_attn/flash_api.cpp``, simplified)."""
+    want = -(-2 * processors // max(1, parallel))
+    return max(1, min(want, keys // MIN_KV_SPLIT))
+
+
+def split_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       splits: int) -> torch.Tensor:
+    """Decode attention of ``q`` [b, kv_heads, group, d] over ``k``/``v`` [b, kv_heads,
+    n, d] (slices of a cache whose batch stride is kv_heads times its head stride),
+    split along the keys into ``splits`` parts computed in parallel and merged by their
+    log-sum-exp, as serving engines' decode kernels do at long context."""
+    b, hkv, g, d = q.shape
+    n = k.shape[2]
+    length = n // max(1, splits)
+    main = length * splits
+    qf = q.reshape(b * hkv, 1, g, d)
+    outs, lses = [], []
+    if length > 0:
+        def parts(t: torch.Tensor) -> torch.Tensor:
+            return t[:, :, :main].flatten(0, 1).view(b * hkv, splits, length, d)
+        o, lse = partial_attention(qf.expand(b * hkv, splits, g, d).contiguous(),
+                                   parts(k), parts(v), False)
+        outs.append(o)
+        lses.append(lse)
+    if main < n:
+        o, lse = partial_attention(qf, k[:, :, main:].flatten(0, 1).unsqueeze(1),
+                                   v[:, :, main:].flatten(0, 1).unsqueeze(1), False)
+        outs.append(o)
+        lses.append(lse)
+    weights = torch.softmax(torch.cat(lses, 1), dim=1).unsqueeze(-1)
+    merged = (torch.cat(outs, 1).float() * weights).sum(1)
+    return merged.to(q.dtype).view(b, hkv, g, d)
+
+
+def decode_split_kv(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
+                    v_cache: list[torch.Tensor], pos: int) -> torch.Tensor:
+    """:meth:`Decoder.decode` with split-KV attention (:func:`split_kv_attention`).
+
+    A decode attention of one query row group per (sequence, KV head) has too little
+    parallelism for a long cache: at batch 1 an 8-KV-head model would stream its whole
+    cache through 8 multiprocessors. Engines split the keys instead (FlashAttention's
+    split-KV path, FlashInfer's decode kernels); this step does the same.
+    """
+    s = dec.shape
+    b = x.shape[0]
+    hq, hkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+    group = hq // hkv
+    n = pos + 1
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count \
+        if x.device.type == "cuda" else 1
+    splits = kv_splits(b * hkv, n, sms)
+    cos, sin = dec._cos_sin(torch.full((1,), pos, device=x.device, dtype=torch.long))
+
+    def attend(li: int, ly: object, qkv: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q, k = dec.kernels.rope_qk(q.view(b, hq, 1, d), k.view(b, hkv, 1, d), cos, sin)
+        k_cache[li][:b, :, pos:n] = k
+        v_cache[li][:b, :, pos:n] = v.view(b, hkv, 1, d)
+        out = split_kv_attention(q.view(b, hkv, group, d), k_cache[li][:b, :, :n],
+                                 v_cache[li][:b, :, :n], splits)
+        return out.reshape(b, hq * d)
+
+    h = dec._blocks(x, attend)
+    return dec.lm_head(dec.kernels.rmsnorm(h, dec.final_norm, s.rms_norm_eps))
+
+
+def prefill_chunk(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
+                  v_cache: list[torch.Tensor], start: int) -> torch.Tensor:
+    """Prefill one chunk of a sequence whose first ``start`` tokens are already cached.
+
+    ``x`` [T, hidden] holds positions ``start .. start+T-1``; the caches are
+    [1, kv_heads, >= start+T, head_dim] per layer. The chunk's K/V are written at their
+    positions (as an engine writes its paged cache) and its queries attend to all
+    ``start + T`` cached positions, causally among themselves (the bottom-right-aligned
+    mask of :func:`partial_attention`), as a chunked-prefill engine computes it.
+    Returns the last position's logits, like :meth:`Decoder.prefill`.
+    """
+    s = dec.shape
+    t = x.shape[0]
+    end = start + t
+    hq, hkv, d = s.num_heads, s.num_kv_heads, s.head_dim
+    cos, sin = dec._cos_sin(torch.arange(start, end, device=x.device))
+
+    def attend(li: int, ly: object, qkv: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        q, k = dec.kernels.rope_qk(q.view(t, hq, d).transpose(0, 1),
+                                   k.view(t, hkv, d).transpose(0, 1), cos, sin)
+        k_cache[li][0, :, start:end] = k
+        v_cache[li][0, :, start:end] = v.view(t, hkv, d).transpose(0, 1)
+        out, _ = partial_attention(q.unsqueeze(0), k_cache[li][:, :, :end],
+                                   v_cache[li][:, :, :end], True)
+        return out[0].transpose(0, 1).reshape(t, hq * d)
+
+    h = dec._blocks(x, attend)
+    return dec.lm_head(dec.kernels.rmsnorm(h[-1:], dec.final_norm, s.rms_norm_eps))
+
+
+def _chunk_pass_ms(dec: Decoder, chunk: int, tokens: int, st: Settings,
+                   timer: Timer) -> list[float]:
+    """Median time of each ``chunk``-token chunk of one ``tokens``-long prompt prefilled
+    chunk by chunk (chunk i starts after ``i * chunk`` cached tokens).
+
+    Eager launches: a chunk of 2048 or more tokens keeps the device busy far longer than
+    the host takes to launch the next, so no graph is needed to hide the launches.
+    """
+    ks, vs = new_kv_cache(dec.shape, 1, tokens - 1, device=dec.device, dtype=dec.dtype)
+    x = torch.randn(chunk, dec.shape.hidden_size, device=dec.device, dtype=dec.dtype)
+    starts = range(0, tokens - chunk + 1, chunk)
+    # Warm-up: the first chunk (plain causal) and a later one (bottom-right causal).
+    for start in starts[:2]:
+        prefill_chunk(dec, x, ks, vs, start)
+    timer.sync()
+    fns: list[Callable[[], object]] = [
+        functools.partial(prefill_chunk, dec, x, ks, vs, start) for start in starts]
+    return timer.sequence_ms(fns, st.chunk_passes)
+
+
+def _long_context(dec: Decoder, plan: ModelPlan, full_layers: int, st: Settings,
+                  timer: Timer, notes: list[str], mode: str
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]],
+                             dict[str, dict[str, float]]]:
+    """Chunked prefill after cached context and decode at long context, full depth."""
+    layers = dec.shape.num_layers
+    per_layer = full_layers / layers
+    ctx_ms: dict[str, dict[str, float]] = {}
+    chunked: dict[str, dict[str, float]] = {}
+    contexts = sorted(set(plan.prefill_contexts))
+    for chunk in sorted(set(plan.prefill_chunks)) if contexts else []:
+        times = [t * per_layer for t in _chunk_pass_ms(dec, chunk, max(contexts) + chunk,
+                                                       st, timer)]
+        _empty_cache(dec.device)
+        ctx_ms[str(chunk)] = {str(c): times[c // chunk] for c in contexts}
+        chunked[str(chunk)] = {str(n): v for n, v in pm.chunked_prefill_totals(
+            times, chunk, [c for c in contexts if c > 0]).items()}
+        log.info("Prefill %s chunk %d after context: %s", mode, chunk,
+                 {c: round(v, 2) for c, v in ctx_ms[str(chunk)].items()})
+    dctx: dict[str, dict[str, float]] = {}
+    for ctx_s, batches in sorted(plan.decode_contexts.items(), key=lambda kv: int(kv[0])):
+        ctx = int(ctx_s)
+        fit = [b for b in sorted(batches) if dec.shape.kv_bytes(b, ctx + 1)
+               < 0.85 * _free_bytes(dec.device)]
+        if len(fit) < len(batches):
+            notes.append(f"{mode}: decode at context {ctx} skipped batches "
+                         f"{sorted(set(batches) - set(fit))} (KV cache does not fit)")
+        if not fit:
+            continue
+        ks, vs = new_kv_cache(dec.shape, max(fit), ctx, device=dec.device, dtype=dec.dtype)
+        row = {}
+        for b in fit:
+            step, head = _decode_ms(dec, ks, vs, b, ctx, st, timer, decode_split_kv)
+            row[str(b)] = pm.scale_layers(step, head, layers, full_layers)
+        dctx[str(ctx)] = row
+        log.info("Decode %s at context %d: %s", mode, ctx,
+                 {b: round(v, 3) for b, v in row.items()})
+        del ks, vs
+        _empty_cache(dec.device)
+    return ctx_ms, chunked, dctx
+
+
 def _free_bytes(device: torch.device) -> float:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -194,6 +440,9 @@ def profile_model(plan: ModelPlan, st: Settings, timer: Timer,
         and st.use_graphs, "layers_measured": {}, "decode_ms": {}, "prefill_ms": {},
         "decode_ms_measured": {}, "lm_head_ms": {}, "notes": [],
     }
+    long_ctx = bool(plan.prefill_chunks and plan.prefill_contexts) or bool(plan.decode_contexts)
+    if long_ctx:
+        out.update(prefill_ctx_ms={}, prefill_chunked_ms={}, decode_ctx_ms={})
     max_b = max(plan.batches)
     modes = [m for m in plan.modes if m == "bf16" or fp8_supported]
     if "fp8" in plan.modes and not fp8_supported:
@@ -240,6 +489,10 @@ def profile_model(plan: ModelPlan, st: Settings, timer: Timer,
                 ms = _prefill_ms(dec, t, st, timer)
                 pms[str(t)] = ms * full.num_layers / layers
                 log.info("Prefill %s %s T=%d: %.3f ms", full.name, mode, t, pms[str(t)])
+            if long_ctx:
+                (out["prefill_ctx_ms"][mode], out["prefill_chunked_ms"][mode],
+                 out["decode_ctx_ms"][mode]) = _long_context(
+                    dec, plan, full.num_layers, st, timer, out["notes"], mode)
         out["decode_ms"][mode] = dms
         out["decode_ms_measured"][mode] = raw
         out["lm_head_ms"][mode] = heads

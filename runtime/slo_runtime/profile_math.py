@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 # Elasticity of step time with respect to batch: 0 while a step only streams the weights
 # (memory-bound, flat), 1 when it is proportional to the batch (compute- or KV-bound).
@@ -77,3 +77,45 @@ def layers_that_fit(layer_bytes: float, fixed_bytes: float, kv_bytes_per_layer: 
 def scale_layers(total_ms: float, head_ms: float, measured: int, full: int) -> float:
     """Full-depth time from a run with ``measured`` of ``full`` layers."""
     return head_ms + (total_ms - head_ms) * full / measured
+
+
+def chunked_prefill_totals(chunk_ms: Sequence[float], chunk: int,
+                           prompts: Iterable[int]) -> dict[int, float]:
+    """Time of each prompt prefilled in ``chunk``-token chunks, from the times of the
+    successive chunks of one longer prompt (a prompt of ``n`` tokens is its first
+    ``ceil(n / chunk)`` chunks; a last partial chunk is counted whole)."""
+    out = {}
+    for n in prompts:
+        k = -(-n // chunk)
+        if k > len(chunk_ms):
+            raise ValueError(f"prompt of {n} tokens needs {k} chunks of {chunk}; "
+                             f"{len(chunk_ms)} were timed")
+        out[n] = float(sum(chunk_ms[:k]))
+    return out
+
+
+def slope_through_origin(points: Iterable[tuple[float, float]]) -> float:
+    """Least-squares ``k`` of ``y = k * x`` (0 without a point of non-zero ``x``)."""
+    sxy = sxx = 0.0
+    for x, y in points:
+        sxy += x * y
+        sxx += x * x
+    return sxy / sxx if sxx > 0 else 0.0
+
+
+def attention_ms_per_token2(prefill_ctx_ms: Mapping[str, Mapping[str, float]]) -> float:
+    """ms per (chunk token x earlier context token), fitted from ``{chunk: {context: ms}}``.
+
+    The extra time of a chunk of ``T`` tokens after ``c`` cached tokens over the same chunk
+    after none is attention against the cache: ``T * c`` query-key pairs, each read and
+    multiplied once. Least squares through the origin of that extra time against
+    ``T * c`` over every measured (chunk, context); 0 when no chunk was measured both
+    with and without context.
+    """
+    pts = []
+    for chunk, row in prefill_ctx_ms.items():
+        times = {int(c): float(v) for c, v in row.items()}
+        if 0 not in times:
+            continue
+        pts += [(int(chunk) * c, t - times[0]) for c, t in times.items() if c > 0]
+    return max(0.0, slope_through_origin(pts))

@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from slo_runtime import profile_math as pm
 from slo_runtime.contract import FP8_KV_CACHE_DTYPES
 
 GIB = 2**30
@@ -149,6 +150,10 @@ class StepModel:
     weight_bytes: int                    # per replica
     cold_start_s: float
     tensor_parallel: int = 1
+    # ms per (prompt token x earlier context token): the attention a prefill chunk pays
+    # against the context already cached before it (a later chunk of a long prompt, or
+    # a prompt after a cached prefix). 0 when the profile did not measure it.
+    prefill_attn_ms_per_token2: float = 0.0
 
     # --- step times (the hot path: plain float arithmetic) ---------------------------
     def decode_ms(self, batch: int, context_tokens: int | None = None) -> float:
@@ -165,23 +170,29 @@ class StepModel:
             t += self.kv_ms_per_token * (context_tokens - batch * self.ref_ctx)
         return max(t, self.weights_ms)
 
-    def prefill_ms(self, tokens: int) -> float:
-        """A step that carries only ``tokens`` prompt tokens."""
+    def prefill_ms(self, tokens: int, context_before: int = 0) -> float:
+        """A step that carries only ``tokens`` prompt tokens, after ``context_before``
+        tokens of the same sequence already in the KV cache (earlier chunks or a cached
+        prefix)."""
         if tokens <= 0:
             return 0.0
-        return max(self.weights_ms, _interp(self.prefill_tokens, self.prefill_ms_points,
-                                            float(tokens)))
+        t = max(self.weights_ms, _interp(self.prefill_tokens, self.prefill_ms_points,
+                                         float(tokens)))
+        if context_before > 0:
+            t += self.prefill_attn_ms_per_token2 * tokens * context_before
+        return t
 
     def step_ms(self, decode_batch: int, context_tokens: int | None = None,
-                prefill_tokens: int = 0) -> float:
+                prefill_tokens: int = 0, prefill_context: int = 0) -> float:
         """A mixed step: ``decode_batch`` decoding sequences (``context_tokens`` cached
-        in total) and ``prefill_tokens`` prompt tokens in the same forward pass."""
+        in total) and ``prefill_tokens`` prompt tokens, after ``prefill_context`` cached
+        tokens of their sequence, in the same forward pass."""
         if prefill_tokens <= 0:
             return self.decode_ms(decode_batch, context_tokens)
         if decode_batch <= 0:
-            return self.prefill_ms(prefill_tokens)
+            return self.prefill_ms(prefill_tokens, prefill_context)
         return self.decode_ms(decode_batch, context_tokens) + \
-            self.prefill_ms(prefill_tokens) - self.weights_ms
+            self.prefill_ms(prefill_tokens, prefill_context) - self.weights_ms
 
     def max_step_ms(self, budget: int, decode_batch: int,
                     context_tokens: int | None = None) -> float:
@@ -216,6 +227,7 @@ class StepModel:
             kv_ms_per_token=self.kv_ms_per_token / bandwidth_ratio,
             weights_ms=self.weights_ms / bandwidth_ratio,
             prefill_ms_points=tuple(t / compute_ratio for t in self.prefill_ms_points),
+            prefill_attn_ms_per_token2=self.prefill_attn_ms_per_token2 / compute_ratio,
             kv_capacity_tokens=cap)
 
     def sped_up(self, factor: float) -> StepModel:
@@ -228,6 +240,7 @@ class StepModel:
             decode_tail_slope=self.decode_tail_slope / factor,
             kv_ms_per_token=self.kv_ms_per_token / factor, weights_ms=self.weights_ms / factor,
             prefill_ms_points=tuple(t / factor for t in self.prefill_ms_points),
+            prefill_attn_ms_per_token2=self.prefill_attn_ms_per_token2 / factor,
             cold_start_s=self.cold_start_s / factor)
 
     # --- calibration -------------------------------------------------------------------
@@ -269,6 +282,11 @@ class StepModel:
         if not ppts:
             # No prefill measured: a prompt token costs what a decode token costs.
             ppts = [(1.0, table[1]), (bs[-1], ts[-1])]
+        # Attention against cached context: fitted where the profile measured chunks after
+        # context (BF16 attention in both modes, so the BF16 table stands in for a mode
+        # without one); 0, the model before such measurements, where it did not.
+        ctx_pre = profile.get("prefill_ctx_ms") or {}
+        attn = pm.attention_ms_per_token2(ctx_pre.get(mode) or ctx_pre.get("bf16") or {})
         wbytes = weight_bytes(shape, precision)
         tp = max(1, tensor_parallel)
         mem = int(float(hw.get("memory_mib") or 0) * 2**20)
@@ -282,7 +300,7 @@ class StepModel:
             prefill_ms_points=tuple(t for _, t in ppts), weights_ms=weights_ms,
             kv_capacity_tokens=cap, kv_token_bytes_per_gpu=token_bytes, weight_bytes=wbytes,
             cold_start_s=cold_start_seconds(wbytes) if cold_start_s is None else cold_start_s,
-            tensor_parallel=tp)
+            tensor_parallel=tp, prefill_attn_ms_per_token2=attn)
 
 
 def load_profiles(directory: Path) -> list[dict[str, Any]]:

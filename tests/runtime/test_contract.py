@@ -49,7 +49,8 @@ def test_every_vllm_histogram_has_its_buckets_here() -> None:
     (c.NUM_REQUESTS_RUNNING, "gauge"), (c.NUM_REQUESTS_WAITING, "gauge"),
     (c.KV_CACHE_USAGE, "gauge"), (c.NUM_PREEMPTIONS, "counter"),
     (c.GENERATION_TOKENS, "counter"), (c.PROMPT_TOKENS, "counter"),
-    (c.REQUEST_SUCCESS, "counter"),
+    (c.REQUEST_SUCCESS, "counter"), (c.PREFIX_CACHE_QUERIES, "counter"),
+    (c.PREFIX_CACHE_HITS, "counter"),
 ])
 def test_loop_metric_names_and_types_are_vllms(name: str, want_type: str) -> None:
     assert FAMILIES[name][0] == want_type
@@ -59,7 +60,8 @@ def test_exposed_sample_names_follow_the_suffix_rules() -> None:
     """The raw exposition has counters as <family>_total, as the loop's queries expect."""
     text = (FIXTURES_VLLM / "metrics-vllm-0.32.0.txt").read_text()
     samples = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-    for name in (c.NUM_PREEMPTIONS, c.GENERATION_TOKENS, c.PROMPT_TOKENS, c.REQUEST_SUCCESS):
+    for name in (c.NUM_PREEMPTIONS, c.GENERATION_TOKENS, c.PROMPT_TOKENS, c.REQUEST_SUCCESS,
+                 c.PREFIX_CACHE_QUERIES, c.PREFIX_CACHE_HITS):
         assert name + c.COUNTER_SUFFIX in samples
     assert c.E2E_LATENCY + "_bucket" in samples
     reasons = {s.labels["finished_reason"] for f in text_string_to_metric_families(text)

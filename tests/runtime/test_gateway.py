@@ -372,3 +372,52 @@ async def test_probes_and_scrapes_are_not_counted_as_requests(servers: Servers) 
     e2e = [smp.value for fam in text_string_to_metric_families(text) for smp in fam.samples
            if smp.name == "slo_gateway_e2e_request_latency_seconds_count"]
     assert e2e == [1.0]
+
+
+async def test_arrivals_count_every_inference_request_before_admission(
+        servers: Servers) -> None:
+    """Demand as it arrives: served, queued, refused and abandoned requests all count,
+    under the tenant their headers name; probes and scrapes do not."""
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=10, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    tenants = TenantsConfig(tenants={"team-a": TenantSpec(), "team-b": TenantSpec()},
+                            unknown_tenant="reject")
+    gw, url = await servers.gateway(up, default_limit=1, max_queue_per_tenant=1,
+                                    max_body_bytes=1024, tenants=tenants)
+    arrivals = "slo_gateway_arrivals_total"
+    before = await _metrics(url, labels=True)
+    # Known tenants' series exist at 0 before their first request (rate() needs a start).
+    assert before[(arrivals, (("tenant", "team-a"),))] == 0
+    assert before[(arrivals, (("tenant", "team-b"),))] == 0
+    a = {"X-Tenant": "team-a"}
+    async with aiohttp.ClientSession() as s:
+        blocker = asyncio.create_task(collect(s, url + "/v1/completions",
+                                              {"prompt": "p", "max_tokens": 30}, a))
+        await wait_until(lambda: len(rep.engine.running) == 1)
+        queued = asyncio.create_task(collect(s, url + "/v1/completions",
+                                             {"prompt": "q", "max_tokens": 1}, a))
+        await wait_until(lambda: gw.admission.queued("team-a") == 1)
+        status, _ = await collect(s, url + "/v1/completions",
+                                  {"prompt": "r", "max_tokens": 1}, a)
+        assert status == 429                                  # team-a's queue is full
+        async with s.post(url + "/v1/completions", data=b"{not json", headers=a) as r:
+            assert r.status == 400
+        status, _ = await collect(s, url + "/v1/completions", {"prompt": "x"},
+                                  {"X-Tenant": "mallory"})
+        assert status == 403
+        s2 = aiohttp.ClientSession()
+        abandoned = asyncio.create_task(s2.post(url + "/v1/completions", headers={
+            "X-Tenant": "team-b"}, json={"prompt": "z", "max_tokens": 1}))
+        await wait_until(lambda: gw.admission.queued("team-b") == 1)
+        await s2.close()
+        await asyncio.gather(abandoned, return_exceptions=True)
+        for path in ("/health", "/v1/models", "/metrics"):
+            async with s.get(url + path) as r:
+                assert r.status == 200, path
+        assert [st for st, _ in await asyncio.gather(blocker, queued)] == [200, 200]
+    m = await _metrics(url, labels=True)
+    assert m[(arrivals, (("tenant", "team-a"),))] == 4   # served 2, full queue, bad JSON
+    assert m[(arrivals, (("tenant", "team-b"),))] == 1   # left while queued
+    assert m[(arrivals, (("tenant", "unknown"),))] == 1  # refused as unknown
+    answered = sum(v for (name, _), v in m.items() if name == "slo_gateway_requests_total")
+    assert answered == 5                                 # the abandoned one got no answer

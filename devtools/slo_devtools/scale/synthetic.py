@@ -1,17 +1,19 @@
 """A synthetic source of vLLM series for many services, from one process.
 
 One aiohttp server answers ``/metrics`` with vLLM 0.32.0's metric names (the families the
-operator's eight queries read: e2e, TTFT, inter-token and per-output-token histograms, the
-request/token/preemption counters, running, waiting and KV use) for every pod of every
-service listed in a spec file, each series carrying the labels the operator groups by:
+operator's queries read: e2e, TTFT, inter-token and per-output-token histograms, the
+request/token/preemption and prefix-cache counters, running, waiting and KV use) and the
+gateway's arrival counter (``slo_gateway_arrivals_total``, as every operator-made pod runs
+the gateway) for every pod of every service listed in a spec file, each series carrying
+the labels the operator groups by:
 ``namespace``, ``service``, ``pod``, ``tenant`` (and vLLM's own ``engine``,
 ``model_name``). The real Prometheus scrapes it as one target with ``honor_labels`` (as
 ``slo_devtools.devenv.prometheus_server`` configures), so 1,000 services cost one scrape,
 not 1,000 processes.
 
-Traffic is steady: every pod finishes ``rate`` requests per second whose latencies are
-spread evenly over fixed ranges well inside the default objectives, so a settled operator
-has nothing to change. Counters grow linearly from the process start. The spec file
+Traffic is steady: requests arrive at every pod at ``rate`` per second and finish at the
+same rate, with latencies spread evenly over fixed ranges well inside the default
+objectives, so a settled operator has nothing to change. Counters grow linearly from the process start. The spec file
 (JSON list of ``{"namespace", "service", "tenant", "pods": [...]}``) is re-read when it
 changes, so pods can be added as the operator creates them.
 
@@ -39,6 +41,9 @@ GENERATION_TOKENS = 100.0  # per request
 RUNNING = 2.0
 WAITING = 0.0
 KV_USAGE = 0.10
+# Share of prompt tokens found in vLLM's prefix cache: strictly between 0 and 1, so a
+# reader that swapped hits and lookups, or dropped one, reads a different value.
+PREFIX_HIT_SHARE = 0.25
 
 HISTOGRAMS: tuple[tuple[str, tuple[float, ...], tuple[float, float]], ...] = (
     (c.E2E_LATENCY, c.REQUEST_LATENCY_BUCKETS, E2E_RANGE),
@@ -91,6 +96,13 @@ def pod_lines(svc: ServiceSeries, pod: str, rate: float) -> list[tuple[str, floa
     out.append((f"{c.GENERATION_TOKENS}{c.COUNTER_SUFFIX}{{{base}}}",
                 rate * GENERATION_TOKENS, True))
     out.append((f"{c.NUM_PREEMPTIONS}{c.COUNTER_SUFFIX}{{{base}}}", 0.0, True))
+    prompt = rate * PROMPT_TOKENS
+    out.append((f"{c.PREFIX_CACHE_QUERIES}{c.COUNTER_SUFFIX}{{{base}}}", prompt, True))
+    out.append((f"{c.PREFIX_CACHE_HITS}{c.COUNTER_SUFFIX}{{{base}}}",
+                prompt * PREFIX_HIT_SHARE, True))
+    # The gateway's own series: pod labels and the tenant only (no engine labels).
+    gw = f'namespace="{svc.namespace}",service="{svc.service}",pod="{pod}",tenant="{svc.tenant}"'
+    out.append((f"{c.GATEWAY_ARRIVALS}{c.COUNTER_SUFFIX}{{{gw}}}", rate, True))
     out.append((f"{c.NUM_REQUESTS_RUNNING}{{{base}}}", RUNNING, False))
     out.append((f"{c.NUM_REQUESTS_WAITING}{{{base}}}", WAITING, False))
     out.append((f"{c.KV_CACHE_USAGE}{{{base}}}", KV_USAGE, False))

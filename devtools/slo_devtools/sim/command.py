@@ -1,4 +1,5 @@
-"""``slo-operator bench``: run the benchmark with a progress bar and write the report."""
+"""``slo-operator bench``: run the benchmark with a progress bar and write the report (the
+built-in workloads, or your own traffic through :mod:`slo_devtools.sim.user_trace`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from slo_devtools.sim.bench import (
     run_workload,
     steps_per_workload,
 )
+from slo_devtools.sim.policies import Objectives
 from slo_devtools.sim.report import render
+from slo_devtools.sim.run import Workload
+from slo_devtools.sim.user_trace import TrafficSpec, objective_sets, prepare
 
 SCENARIOS = ("slo", "mixed-fleet")
 
@@ -32,8 +36,32 @@ def check(traces: Sequence[str], target_sets: Sequence[str]) -> None:
             raise ValueError(f"--targets: unknown set {s!r}; known: {', '.join(TARGETS)}")
 
 
-def _one(args: tuple[str, str, int]) -> WorkloadResult:
-    return run_workload(*args)
+Item = tuple[str, str, Workload | None]  # (workload key, target set, the workload if built)
+
+
+def _one(args: tuple[str, str, int, Workload | None]) -> WorkloadResult:
+    key, target_set, seed, wl = args
+    return run_workload(key, target_set, seed, wl=wl)
+
+
+def _compute(items: Sequence[Item], seed: int, jobs: int,
+             tick: Callable[[str, int], None] | None) -> list[WorkloadResult]:
+    if jobs <= 1:
+        out = []
+        for t, s, wl in items:
+            def step(what: str, t: str = t, s: str = s) -> None:
+                if tick:
+                    tick(f"{t} [{s}] {what}", 1)
+            out.append(run_workload(t, s, seed, step, wl=wl))
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_one, (t, s, seed, wl)) for t, s, wl in items]
+        results = []
+        for (t, s, _), f in zip(items, futures, strict=True):
+            results.append(f.result())
+            if tick:
+                tick(f"{t} [{s}] done", steps_per_workload())
+        return results
 
 
 def compute(traces: Sequence[str], target_sets: Sequence[str], seed: int = 0, jobs: int = 1,
@@ -41,39 +69,21 @@ def compute(traces: Sequence[str], target_sets: Sequence[str], seed: int = 0, jo
     """Every (trace, target set) pair, in order; ``jobs`` > 1 runs pairs in processes
     (results are identical: every run is seeded)."""
     check(traces, target_sets)
-    pairs = [(t, s, seed) for t in traces for s in target_sets]
-    if jobs <= 1:
-        out = []
-        for t, s, sd in pairs:
-            def step(what: str, t: str = t, s: str = s) -> None:
-                if tick:
-                    tick(f"{t} [{s}] {what}", 1)
-            out.append(run_workload(t, s, sd, step))
-        return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_one, p) for p in pairs]
-        results = []
-        for p, f in zip(pairs, futures, strict=True):
-            results.append(f.result())
-            if tick:
-                tick(f"{p[0]} [{p[1]}] done", steps_per_workload())
-        return results
+    return _compute([(t, s, None) for t in traces for s in target_sets], seed, jobs, tick)
 
 
-def run(traces: Sequence[str], target_sets: Sequence[str], out: Path, seed: int = 0,
-        jobs: int = 1) -> Path:
+def _report(items: Sequence[Item], out: Path, seed: int, jobs: int) -> Path:
     """Compute with a progress bar, then write the report and plots to ``out``."""
-    check(traces, target_sets)
     cpu0 = time.process_time()
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn())
     with Progress(*cols) as bar:
-        task = bar.add_task("bench", total=len(traces) * len(target_sets) * steps_per_workload())
+        task = bar.add_task("bench", total=len(items) * steps_per_workload())
 
         def tick(what: str, n: int) -> None:
             bar.update(task, advance=n, description=what)
 
-        results = compute(traces, target_sets, seed, jobs, tick)
+        results = _compute(items, seed, jobs, tick)
     cpu = time.process_time() - cpu0
     if jobs > 1:
         cpu = sum(e.run.cpu_s for r in results for e in r.entries)
@@ -82,6 +92,28 @@ def run(traces: Sequence[str], target_sets: Sequence[str], out: Path, seed: int 
     if kept:
         fleet.upsert(path, kept)  # the mixed-fleet scenario's section survives a rerun
     return path
+
+
+def run(traces: Sequence[str], target_sets: Sequence[str], out: Path, seed: int = 0,
+        jobs: int = 1) -> Path:
+    """Compute with a progress bar, then write the report and plots to ``out``."""
+    check(traces, target_sets)
+    return _report([(t, s, None) for t in traces for s in target_sets], out, seed, jobs)
+
+
+def run_traffic(spec: TrafficSpec, objectives: Objectives | None, target_sets: Sequence[str],
+                out: Path, jobs: int = 1, warn: Callable[[str], None] | None = None) -> Path:
+    """The user's trace or rate file (``spec``) judged by ``objectives``, else by the chat
+    objectives of each of ``target_sets``: the same report and plots as the built-in
+    workloads. What the file loses (requests no replica could serve) goes to ``warn``."""
+    check([], target_sets)
+    prepared = prepare(spec)
+    for w in prepared.warnings:
+        if warn:
+            warn(w)
+    items: list[Item] = [(wl.name, s, wl) for s, wl in
+                         prepared.workloads(objective_sets(objectives, target_sets))]
+    return _report(items, out, spec.seed, jobs)
 
 
 def _fleet_section(path: Path) -> str:

@@ -22,6 +22,27 @@ Replicas start cold (``StepModel.cold_start_s``), count GPU-seconds from creatio
 drain on scale-down (no new requests; removed when empty). A replica runs with its
 service's step model unless it was placed on a GPU pool with its own
 (:meth:`Service.set_placement`: mixed fleets).
+
+Long prompts and prefix caching: a prefill chunk also pays attention to the tokens of its
+sequence already in the KV cache (earlier chunks, a cached prefix):
+``StepModel.step_ms(..., prefill_context=...)``; while one prompt is chunked the context
+grows by one chunk a step, so its steps are still an arithmetic series. Each replica keeps
+vLLM's automatic prefix cache per conversation (``Request.session``): when a request
+finishes, its prompt and output stay in the cache as free, evictable KV blocks (least
+recently freed first, whenever running sequences need the room); a later turn of the
+conversation admitted on that replica reuses ``min(prefix, cached)`` tokens, in whole
+16-token blocks and never the prompt's last token (vLLM recomputes it), and prefills only
+the rest. ``prefix_cache_queries`` / ``prefix_cache_hits`` count the tokens looked up and
+found at every admission, as vLLM's counters do. A preempted sequence recomputes
+everything (its blocks are not kept). With ``prefix_routing`` (the default) bound routing
+sends a later turn to the replica holding its conversation's prefix while that replica
+admits it at once (no queue, under the live limit), as a prefix-aware router (llm-d's
+inference scheduler, vLLM's production-stack router) does; otherwise to the least loaded.
+
+Chunked-prefill budget: every replica runs with the ``--max-num-batched-tokens`` its pod
+was started with. :meth:`Service.set_budget` changes the Deployment's value: replicas still
+starting take it; every ready replica is replaced by a rolling update (a new cold replica
+each, the old one drains once its replacement is ready).
 """
 
 from __future__ import annotations
@@ -41,6 +62,8 @@ from slo_runtime.stepmodel import StepModel
 # Ground-truth inter-token latency is binned at 0.5 ms up to this many bins (2.5 s).
 ITL_BIN_S = 0.0005
 ITL_BINS = 5000
+# vLLM's prefix cache matches whole KV blocks (``--block-size``, 16 tokens by default).
+KV_BLOCK_TOKENS = 16
 
 
 class Phase(Enum):
@@ -63,7 +86,9 @@ class Req:
         "output",
         "preemptions",
         "prefill_left",
+        "prefix",
         "prompt",
+        "session",
         "t",
         "tenant",
         "token",
@@ -74,6 +99,8 @@ class Req:
         self.prompt = r.prompt
         self.output = r.output
         self.tenant = r.tenant
+        self.session = r.session
+        self.prefix = r.prefix
         self.prefill_left = r.prompt
         self.generated = 0
         self.out_left = r.output
@@ -129,6 +156,12 @@ class Replica:
         self.rid = rid
         self.pool = pool
         self.model = model or svc.model
+        self.budget = svc.budget  # --max-num-batched-tokens this pod was started with
+        self.replaces: Replica | None = None  # the old pod a rolling update retires for it
+        self.outgoing = False  # replaced by a rolling update: serves until its successor is up
+        # Prefix cache: conversation -> tokens kept as free, evictable blocks (oldest first).
+        self.cache: dict[int, int] = {}
+        self.cached_tokens = 0
         self.created = now
         self.ready_at = now + self.model.cold_start_s
         self.gone_at = -1.0
@@ -182,16 +215,48 @@ class Replica:
     def _admit(self, now: float) -> None:
         svc = self.svc
         cap = self.model.kv_capacity_tokens
+        admitted = False
         while self.waiting and self.running < svc.limit:
             r = self.waiting[0]
-            need = r.prefill_left
+            need = r.prompt + r.generated  # KV blocks the sequence holds (cached ones too)
             if cap > 0 and self.kv_used() + need > cap and self.running > 0:
                 break
             self.waiting.popleft()
             if r.admit_at < 0:
                 r.admit_at = now
+            hit = 0
+            if r.session >= 0 and self.cache:
+                held = self.cache.pop(r.session, 0)
+                if held:
+                    self.cached_tokens -= held
+                    hit = min(held, r.prefix, need - 1) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+            r.prefill_left = need - hit
+            svc.prefix_queries += need
+            svc.prefix_hits += hit
             self.prefilling.append(r)
             self.pref_kv += need
+            admitted = True
+        if admitted and self.cache:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Free the least recently cached prefixes until the cache fits the free KV."""
+        cap = self.model.kv_capacity_tokens
+        if cap <= 0:
+            return
+        room = cap - self.kv_used()
+        cache = self.cache
+        while cache and self.cached_tokens > room:
+            self.cached_tokens -= cache.pop(next(iter(cache)))
+
+    def _keep_prefix(self, r: Req) -> None:
+        """A finished turn's prompt and output stay cached for the conversation's next."""
+        tokens = r.prompt + r.output
+        old = self.cache.pop(r.session, 0)
+        self.cache[r.session] = tokens
+        self.cached_tokens += tokens - old
+        self.svc.holder[r.session] = self
+        self._evict()
 
     def plan(self, now: float) -> None:
         """Start the next segment at ``now`` (or go idle)."""
@@ -201,12 +266,23 @@ class Replica:
         ctx = self.base_ctx + b * self.dstep
         p = 0
         if self.prefilling:
-            room = self.svc.budget - b
+            room = self.budget - b
             left = sum(r.prefill_left for r in self.prefilling)
             p = max(0, min(left, room))
+        attn = m.prefill_attn_ms_per_token2
+        pctx = 0  # earlier tokens of their sequences the step's prompt tokens attend to
+        grow = 0  # how much that context grows per step of the segment
         if p > 0:
-            head = self.prefilling[0].prefill_left
+            first = self.prefilling[0]
+            head = first.prefill_left
             k = max(1, (head - 1) // p) if p < head else 1
+            if attn > 0:
+                if p < head:
+                    # Every step of the segment is a chunk of the head's prompt.
+                    pctx = first.prompt + first.generated - head
+                    grow = p
+                else:
+                    pctx = self._chunk_context(p)
         elif b > 0:
             k = self.heap[0][0] - self.dstep if self.heap else 1
         else:
@@ -218,13 +294,26 @@ class Replica:
         if b > 0 and cap > 0:
             room_steps = (cap - self.kv_used()) // b
             k = max(1, min(k, room_steps)) if room_steps > 0 else 1
-        dt0 = m.step_ms(b, ctx if b else None, p) / 1e3
-        inc = m.kv_ms_per_token * b / 1e3 if b else 0.0
+        dt0 = m.step_ms(b, ctx if b else None, p, pctx) / 1e3
+        inc = (m.kv_ms_per_token * b + attn * p * grow) / 1e3
         self.seg_start, self.seg_k, self.seg_dt0, self.seg_inc, self.seg_p = now, k, dt0, inc, p
         self.seg_end = now + k * dt0 + inc * k * (k - 1) / 2
         self.busy = True
         self.version += 1
         self.svc.sim.push(self.seg_end, self._end_segment, self.version)
+
+    def _chunk_context(self, p: int) -> int:
+        """Mean earlier context, weighted by tokens, of a step's ``p`` prompt tokens taken
+        oldest first from the prefilling sequences (the attention term is linear in it)."""
+        pairs = 0
+        left = p
+        for r in self.prefilling:
+            use = min(left, r.prefill_left)
+            pairs += use * (r.prompt + r.generated - r.prefill_left)
+            left -= use
+            if left <= 0:
+                break
+        return round(pairs / p)
 
     def interrupt(self, now: float) -> None:
         """Something changed (an arrival, a limit): end the segment after the step in
@@ -282,6 +371,8 @@ class Replica:
         cap = self.model.kv_capacity_tokens
         while cap > 0 and self.kv_used() > cap and self.n_dec > 1:
             self._preempt_newest()
+        if self.cache:
+            self._evict()
         self.busy = False
         if svc.routing == "central":
             svc.pull(self, now)
@@ -328,6 +419,8 @@ class Replica:
     def _finish(self, r: Req, now: float) -> None:
         r.done_at = now
         self.svc.record_done(r, now)
+        if r.session >= 0:
+            self._keep_prefix(r)
 
 
 class Service:
@@ -336,7 +429,8 @@ class Service:
     def __init__(self, sim: Simulation, name: str, model: StepModel, *, replicas: int = 1,
                  max_num_seqs: int = 256, limit: int | None = None,
                  max_num_batched_tokens: int = 2048, routing: str = "bound",
-                 gpus_per_replica: int = 1, warm: bool = True) -> None:
+                 gpus_per_replica: int = 1, warm: bool = True,
+                 prefix_routing: bool = True) -> None:
         if routing not in ("bound", "central"):
             raise ValueError(f"routing: must be 'bound' or 'central', got {routing!r}")
         self.sim = sim
@@ -345,7 +439,10 @@ class Service:
         self.max_num_seqs = max_num_seqs
         self.limit = min(limit or max_num_seqs, max_num_seqs)
         self.budget = max_num_batched_tokens
+        self.budget_changes = 0
         self.routing = routing
+        self.prefix_routing = prefix_routing
+        self.holder: dict[int, Replica] = {}  # conversation -> replica that cached it last
         self.gpus_per_replica = gpus_per_replica
         self.replicas: list[Replica] = []
         self.retired: list[Replica] = []
@@ -361,7 +458,9 @@ class Service:
         self.prompt_tokens = 0
         self.gen_tokens = 0
         self.preemptions = 0
-        self.arrivals = 0
+        self.arrivals = 0  # requests arrived (the gateway counts them before admission)
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_hits = 0  # of which found cached
         # Ground truth.
         self.finished: list[Finished] = []
         self.itl_bins: dict[int, list[int]] = {}
@@ -392,7 +491,9 @@ class Service:
 
     # --- replicas ----------------------------------------------------------------------------
     def active(self) -> list[Replica]:
-        return [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
+        """Starting and ready replicas, less those a rolling update is replacing."""
+        return [r for r in self.replicas
+                if r.phase in (Phase.STARTING, Phase.READY) and not r.outgoing]
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.phase is Phase.READY]
@@ -439,15 +540,48 @@ class Service:
             extra -= 1
         for rep in sorted((r for r in act if r.phase is Phase.READY),
                           key=lambda r: r.outstanding)[:extra]:
-            rep.phase = Phase.DRAINING
-            if self.routing == "bound" and rep.waiting:
-                # Requests not yet admitted move to a live replica (the gateway re-routes).
-                moved = list(rep.waiting)
-                rep.waiting.clear()
-                for q in moved:
-                    self.route(q, now)
-            if rep.outstanding == 0:
-                self.retire(rep, now)
+            self._drain(rep, now)
+
+    def _drain(self, rep: Replica, now: float) -> None:
+        rep.phase = Phase.DRAINING
+        if self.routing == "bound" and rep.waiting:
+            # Requests not yet admitted move to a live replica (the gateway re-routes).
+            moved = list(rep.waiting)
+            rep.waiting.clear()
+            for q in moved:
+                self.route(q, now)
+        if rep.outstanding == 0:
+            self.retire(rep, now)
+
+    def start_budget(self, budget: int) -> None:
+        """The budget the Deployment was created with: every replica has it already (no
+        rollout; for a value chosen before the service ran)."""
+        self.budget = max(1, int(budget))
+        for rep in self.replicas:
+            rep.budget = self.budget
+
+    def set_budget(self, budget: int, now: float) -> None:
+        """Change ``--max-num-batched-tokens``: a rolling update. Replicas still starting
+        take the new value; each ready one gets a cold successor with it and drains once
+        that successor is ready (the Deployment's surge)."""
+        budget = max(1, int(budget))
+        if budget == self.budget:
+            return
+        self.budget = budget
+        self.budget_changes += 1
+        for rep in list(self.replicas):
+            if rep.outgoing or rep.phase in (Phase.DRAINING, Phase.GONE):
+                continue
+            if rep.phase is Phase.STARTING:
+                rep.budget = budget
+                continue
+            if rep.budget == budget:
+                continue
+            rep.outgoing = True
+            new = Replica(self, next(self._ids), now, rep.pool, rep.model)
+            new.replaces = rep
+            self.replicas.append(new)
+            self.sim.push(new.ready_at, self._ready_event, new)
 
     def _ready_event(self, now: float, rep: Replica) -> None:
         self._ready(now, rep)
@@ -456,6 +590,11 @@ class Service:
         if rep.phase is not Phase.STARTING:
             return
         rep.phase = Phase.READY
+        old = rep.replaces
+        if old is not None:
+            rep.replaces = None
+            if old.phase is Phase.READY:
+                self._drain(old, now)
         if self.routing == "central":
             self.pull(rep, now)
         else:
@@ -468,6 +607,13 @@ class Service:
                 r.plan(now)
 
     def retire(self, rep: Replica, now: float) -> None:
+        old = rep.replaces
+        if old is not None:
+            # A successor cancelled before it was ready: its predecessor goes with it
+            # (the Deployment scaled down during the rollout).
+            rep.replaces = None
+            if old.phase is Phase.READY:
+                self._drain(old, now)
         rep.phase = Phase.GONE
         rep.gone_at = now
         rep.version += 1
@@ -504,6 +650,15 @@ class Service:
                 self.pull(best, now)
                 best.interrupt(now)
             return
+        if q.session >= 0 and self.prefix_routing:
+            held = self.holder.get(q.session)
+            # The replica holding the conversation's prefix, while it admits at once.
+            if held is not None and held.phase is Phase.READY and not held.waiting and \
+                    held.running < self.limit and q.session in held.cache:
+                held.waiting.append(q)
+                if kick:
+                    held.interrupt(now)
+                return
         best = None
         for rep in self.replicas:
             if rep.phase is Phase.READY and (best is None or rep.outstanding < best.outstanding):

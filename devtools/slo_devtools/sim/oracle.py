@@ -15,14 +15,16 @@ attainment target.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from slo_devtools.sim.policies import Schedule, Static
 from slo_devtools.sim.run import RunResult, Tenant, Workload, build_sim, simulate, window_stats
 from slo_devtools.sim.traces import Request, Trace
+from slo_runtime.stepmodel import StepModel
 
 WARMUP_S = 60.0
 
@@ -74,11 +76,22 @@ class OracleResult:
     need: dict[str, list[int]]  # per tenant, replicas per window
     run: RunResult
     rounds: int
+    # Per tenant: the fewest replicas each window's own requests need (``lower_bound``).
+    lower_need: dict[str, list[int]] = field(default_factory=dict)
+    # Per tenant: no policy meeting the attainment target uses fewer GPU-seconds.
+    lower_gpu_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def lower_bound_gpu_hours(self) -> float:
+        """GPU-hours no policy reaching the attainment target can go below."""
+        return sum(self.lower_gpu_seconds.values()) / 3600.0
 
 
 def oracle(workload: Workload, window_s: float = 60.0, rounds: int = 3,
-           progress: Callable[[], None] | None = None) -> OracleResult:
-    """The perfect-foresight schedule and its replay (see the module docstring)."""
+           progress: Callable[[], None] | None = None, target: float = 0.99
+           ) -> OracleResult:
+    """The perfect-foresight schedule and its replay, with the lower bound for attainment
+    ``target`` beside it (see the module docstring)."""
     need = {t.name: per_window_need(workload, t, window_s, progress) for t in workload.tenants}
     run = None
     used = 0
@@ -98,7 +111,9 @@ def oracle(workload: Workload, window_s: float = 60.0, rounds: int = 3,
         if not bumped:
             break
     assert run is not None
-    return OracleResult(need, run, used)
+    low = lower_bound(workload, window_s, target)
+    return OracleResult(need, run, used, {n: b.need for n, b in low.items()},
+                        {n: b.gpu_seconds for n, b in low.items()})
 
 
 def smallest_static(workload: Workload, need: dict[str, list[int]], target: float,
@@ -150,3 +165,156 @@ def with_objectives(workload: Workload, objectives: dict[str, object]) -> Worklo
     return replace(workload, tenants=tuple(
         replace(t, objectives=objectives.get(t.name, t.objectives))  # type: ignore[arg-type]
         for t in workload.tenants))
+
+
+# --- a lower bound on GPU-hours ----------------------------------------------------------
+# The percentiles run.window_stats judges a window by.
+E2E_QUANTILE = 0.99
+ITL_QUANTILE = 0.99
+
+
+@dataclass(frozen=True)
+class TokenCosts:
+    """Replica-milliseconds no step can spend less than, per token: ``prompt_ms`` per
+    prompt token prefilled, ``decode_ms`` per generated token in a step that meets the
+    inter-token objective (0 in one that does not), ``kv_ms`` per cached context token a
+    decoding sequence reads. ``max_batch`` is the largest decode batch whose step can meet
+    the inter-token objective."""
+
+    prompt_ms: float
+    decode_ms: float
+    kv_ms: float
+    max_batch: int
+
+
+def _lower_hull(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Lower convex hull of points sorted by x (Andrew's monotone chain)."""
+    hull: list[tuple[float, float]] = []
+    for p in points:
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
+                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
+            hull.pop()
+        hull.append(p)
+    return hull
+
+
+def token_costs(model: StepModel, itl_ms: float, max_num_seqs: int, budget: int,
+                prompt_tokens: float, decode_tokens: float) -> TokenCosts:
+    """Per-token costs that every step of ``model`` pays at least, chosen to bound a load
+    of ``prompt_tokens`` and ``decode_tokens`` as high as possible.
+
+    A step of ``b`` decoding sequences (context ``C`` in all) and ``p`` prompt tokens costs
+    at least ``delta(b) + g(p) + kv x C`` (``StepModel.step_ms``; its floors and the
+    prefill attention term only add): ``delta(b)`` = the decode curve at ``b`` minus its
+    KV read, ``delta(0)`` = the weight read a prefill-only step pays, ``g(p)`` =
+    ``prefill_ms(p)`` beyond the weight read. Any (u, v) with ``u b + v p <= delta(b) +
+    g(p)`` for every step that meets the inter-token objective, and ``v p <= delta(b) +
+    g(p)`` for every other step, charges no step more than it costs, so summed over any
+    schedule it bounds the replica time from below. For a given v the largest u is
+    ``min_b (delta(b) - G(v)) / b`` with ``G(v) = max_p (v p - g(p))`` (over the lower
+    convex hull of g); v is chosen (ternary search, the objective is concave in v) to
+    maximise ``u x decode_tokens + v x prompt_tokens``."""
+    w = model.weights_ms
+    k = model.kv_ms_per_token
+    table = model.decode_table
+    top = min(max_num_seqs, len(table) - 1)
+    delta = [w] + [table[b] - k * b * model.ref_ctx for b in range(1, top + 1)]
+    # The shortest step b sequences can take: one cached token each.
+    ok = [b for b in range(1, top + 1) if max(w, delta[b] + k * b) <= itl_ms]
+    hull = _lower_hull([(float(p), max(0.0, model.prefill_ms(p) - w) if p else 0.0)
+                        for p in range(budget + 1)])
+    floor_any = min(delta)
+
+    def conj(v: float) -> float:
+        return max(v * p - g for p, g in hull)
+
+    def u_of(v: float) -> float:
+        if not ok:
+            return 0.0
+        g = conj(v)
+        return max(0.0, min((delta[b] - g) / b for b in ok))
+
+    v_hi = max(0.0, min(((floor_any + g) / p for p, g in hull if p > 0), default=0.0))
+    lo, hi = 0.0, v_hi
+    for _ in range(100):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if m1 * prompt_tokens + u_of(m1) * decode_tokens < \
+                m2 * prompt_tokens + u_of(m2) * decode_tokens:
+            lo = m1
+        else:
+            hi = m2
+    v = min((0.0, lo, v_hi), key=lambda x: -(x * prompt_tokens + u_of(x) * decode_tokens))
+    return TokenCosts(v, u_of(v), k, max(ok, default=0))
+
+
+@dataclass(frozen=True)
+class TenantBound:
+    need: list[int]  # per window
+    gpu_seconds: float
+
+
+def tenant_lower_bound(requests: Sequence[Request], tenant: Tenant, end: float,
+                       window_s: float = 60.0, target: float = 0.99) -> TenantBound:
+    """The lower bound of the module's ``lower_bound`` for one tenant's requests."""
+    obj = tenant.objectives
+    e2e_s = obj.e2e_ms / 1e3
+    n_win = max(1, math.ceil(end / window_s))
+    span_ms = [1e3 * (min(end, (w + 1) * window_s) - w * window_s) for w in range(n_win)]
+    prompts = [max(0, r.prompt - r.prefix) for r in requests]
+    decodes = [max(0, r.output - 1) for r in requests]
+    costs = token_costs(tenant.model, obj.itl_p99_ms, tenant.max_num_seqs,
+                        tenant.max_num_batched_tokens, float(sum(prompts)), float(sum(decodes)))
+    k = costs.kv_ms
+    work: list[list[float]] = [[] for _ in range(n_win)]  # forced requests' work
+    pinned = [0.0] * n_win
+    arrivals = [0] * n_win
+    tokens = [0] * n_win
+    widest = [0] * n_win  # the largest context a window's sequence reaches
+    for r, p, d in zip(requests, prompts, decodes, strict=True):
+        w = min(n_win - 1, int(r.t // window_s))
+        arrivals[w] += 1
+        tokens[w] += d
+        widest[w] = max(widest[w], r.prompt + r.output)
+        if r.t + e2e_s > end:
+            continue  # may finish after the trace, where no window judges it
+        ms = costs.prompt_ms * p + costs.decode_ms * d + k * (d * r.prompt + d * (d - 1) / 2)
+        work[w].append(ms)
+        if r.t + e2e_s <= (w + 1) * window_s:
+            pinned[w] += ms
+    total = [0.0] * n_win
+    for w in range(n_win):
+        prev = w - 1 if w else w
+        late = math.floor((1 - E2E_QUANTILE) * (arrivals[prev] + arrivals[w])) + 1
+        slow = math.floor((1 - ITL_QUANTILE) * (tokens[prev] + tokens[w])) + 1
+        free = sum(heapq.nlargest(late, work[w])) + slow * (costs.decode_ms + k * widest[w])
+        total[w] = max(0.0, sum(work[w]) - free)
+        pinned[w] = max(0.0, pinned[w] - free)
+    floor_ms = [tenant.min_replicas * s for s in span_ms]
+    need = [min(tenant.max_replicas,
+                max(tenant.min_replicas, math.ceil(pinned[w] / span_ms[w] - 1e-9)))
+            for w in range(n_win)]
+    # Windows the attainment target lets fail, each freeing its own arrivals and the
+    # previous window's: at most the largest such pairs (or single windows, twice as many).
+    drops = math.floor((1 - target) * n_win)
+
+    def freed(x: list[float]) -> float:
+        if drops <= 0:
+            return 0.0
+        pairs = [x[w] + (x[w - 1] if w else 0.0) for w in range(n_win)]
+        return min(sum(heapq.nlargest(drops, pairs)), sum(heapq.nlargest(2 * drops, x)))
+
+    above = [max(0.0, pinned[w] - floor_ms[w]) for w in range(n_win)]
+    by_window = sum(floor_ms) + sum(above) - freed(above)
+    by_work = sum(total) - freed(total)
+    return TenantBound(need, max(by_window, by_work) / 1e3)
+
+
+def lower_bound(workload: Workload, window_s: float = 60.0, target: float = 0.99
+                ) -> dict[str, TenantBound]:
+    """Per tenant: the fewest replicas each window's own requests need, and a lower bound
+    on the GPU-seconds of any policy meeting ``target`` attainment (see the module
+    docstring)."""
+    end = workload.trace.duration
+    return {t.name: tenant_lower_bound([r for r in workload.trace.requests
+                                        if r.tenant == t.name], t, end, window_s, target)
+            for t in workload.tenants}

@@ -1,7 +1,8 @@
 """Autoscaling policies the benchmark compares, each driving one simulated service.
 
 Every policy sees the service only as Prometheus and the Kubernetes API would show it
-(:class:`~slo_devtools.sim.scrape.Scraper` samples, replica counts) and answers, once per
+(:class:`~slo_devtools.sim.scrape.Scraper` samples, replica counts; Dynamo's planner also
+the engines' per-iteration records, which it subscribes to) and answers, once per
 its own period, the replicas it wants and optionally a live batch limit. The rules of
 peers are re-implemented from their public documentation (links in ``docs/benchmark.md``);
 each keeps its pure arithmetic in a small function tested on tables.
@@ -11,15 +12,19 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from slo_devtools.sim.discrete_event import Service
+import numpy as np
+
+from slo_devtools.sim.discrete_event import Replica, Service
 from slo_devtools.sim.scrape import Percentiles, Scraper, observation
 from slo_operator.api.models import SLOPolicySpec, parse_duration
 from slo_operator.control.law import decide
 from slo_operator.control.policy import policy_for
 from slo_operator.control.state import ControlState
+from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record
+from slo_operator.slo.evaluate import report as slo_report
 from slo_runtime.stepmodel import StepModel
 
 
@@ -102,22 +107,86 @@ def hpa_average_value(total: float, target: float, current: int, tolerance: floa
     return math.ceil(total / target) if total > 0 else 0
 
 
+@dataclass(frozen=True)
+class HpaPolicy:
+    """One ``behavior.scaleUp/scaleDown.policies`` entry: at most ``value`` pods
+    (``kind`` "Pods") or ``value`` percent of the replicas at the period's start
+    ("Percent") per ``period_s``."""
+
+    kind: str
+    value: int
+    period_s: float
+
+
+# The HPA's defaults (``autoscaling/v2`` SetDefaults_HorizontalPodAutoscalerBehavior):
+# scale-up by max(100%, 4 pods) per 15 s without stabilization; scale-down by 100% per 15 s
+# after a 300 s stabilization window.
+HPA_DEFAULT_UP = (HpaPolicy("Percent", 100, 15.0), HpaPolicy("Pods", 4, 15.0))
+HPA_DEFAULT_DOWN = (HpaPolicy("Percent", 100, 15.0),)
+
+
 @dataclass
 class HpaBehavior:
-    """The default ``autoscaling/v2`` behaviour: scale-up at most max(+100%, +4 pods) per
-    15 s with no stabilization; scale-down to the highest recommendation of the last
-    ``down_window_s`` (300 s)."""
+    """``autoscaling/v2`` behaviour as the HPA controller applies it (selectPolicy Max),
+    re-implemented from kubernetes/kubernetes ``pkg/controller/podautoscaler/horizontal.go``:
+
+    * ``stabilizeRecommendationWithBehaviors``: the recommendation is brought to within
+      [lowest recommendation of the last ``up_window_s``, highest of the last
+      ``down_window_s``], the current one included (windows exclusive of their start);
+    * ``calculateScaleUpLimitWithScalingRules`` / ``calculateScaleDownLimitWithBehaviors``:
+      each policy limits the change from the replicas at its period's start (current
+      minus pods added plus pods removed within ``period_s``); up takes the most
+      permissive policy, down too (the lowest floor).
+
+    Defaults are the HPA's own (:data:`HPA_DEFAULT_UP`, :data:`HPA_DEFAULT_DOWN`)."""
 
     down_window_s: float = 300.0
-    history: deque[tuple[float, int]] = field(default_factory=deque)
+    up_window_s: float = 0.0
+    up_policies: tuple[HpaPolicy, ...] = HPA_DEFAULT_UP
+    down_policies: tuple[HpaPolicy, ...] = HPA_DEFAULT_DOWN
+    history: deque[tuple[float, int]] = field(default_factory=deque)  # recommendations
+    events: deque[tuple[float, int]] = field(default_factory=deque)  # (t, replicas added)
+
+    def _changed(self, period_s: float, now: float) -> tuple[int, int]:
+        """(pods added, pods removed) by this HPA within the last ``period_s``."""
+        ch = [d for t, d in self.events if t > now - period_s]
+        return sum(d for d in ch if d > 0), -sum(d for d in ch if d < 0)
 
     def apply(self, rec: int, current: int, now: float) -> int:
+        """Replicas the HPA sets at ``now`` for the metric's recommendation ``rec``."""
+        up_rec = down_rec = rec
+        for t, r in self.history:
+            if t > now - self.up_window_s:
+                up_rec = min(up_rec, r)
+            if t > now - self.down_window_s:
+                down_rec = max(down_rec, r)
         self.history.append((now, rec))
-        while self.history and self.history[0][0] < now - self.down_window_s:
+        keep = max(self.up_window_s, self.down_window_s)
+        while self.history and self.history[0][0] <= now - keep:
             self.history.popleft()
-        if rec > current:
-            return min(rec, max(2 * current, current + 4))
-        return min(current, max(r for _, r in self.history))
+        want = min(max(current, up_rec), down_rec)
+        if want > current:
+            limit = current
+            for p in self.up_policies:
+                added, removed = self._changed(p.period_s, now)
+                start = current - added + removed
+                limit = max(limit, start + p.value if p.kind == "Pods"
+                            else math.ceil(start * (1 + p.value / 100)))
+            want = min(want, limit)
+        elif want < current:
+            floor = current
+            for p in self.down_policies:
+                added, removed = self._changed(p.period_s, now)
+                start = current + removed - added
+                floor = min(floor, start - p.value if p.kind == "Pods"
+                            else int(start * (1 - p.value / 100)))
+            want = max(want, floor)
+        if want != current:
+            self.events.append((now, want - current))
+            longest = max(p.period_s for p in (*self.up_policies, *self.down_policies))
+            while self.events and self.events[0][0] <= now - longest:
+                self.events.popleft()
+        return want
 
 
 @dataclass
@@ -200,49 +269,86 @@ class Kpa:
 
 
 # --- llm-d SLO-aware KEDA rule ------------------------------------------------------------
+# llm-d's guide "SLO-Aware Autoscaling with KEDA and Predicted Latency"
+# (https://github.com/llm-d/llm-d, guides/workload-autoscaling/README.slo-aware.md and
+# slo-aware/README.md; its manifests slo-aware/prometheus-rule.yaml and
+# slo-aware/scaledobject.yaml, read at the llm-d fork zetxqx/llm-d, commit c397e67).
+LLMD_SATURATION_CAP = 2.0  # prometheus-rule.yaml: clamp_max(epp:saturation:raw, 2.0)
+LLMD_SMOOTHING_S = 45.0  # prometheus-rule.yaml: avg_over_time(epp:saturation:clamped[45s])
+LLMD_QUANTILE_WINDOW_S = 60.0  # histogram_quantile(0.9, ...rate(..._bucket[1m]))
+LLMD_UP = 0.55  # scaledobject.yaml formula: theta_up
+LLMD_DOWN = 0.40  # theta_dn
+
+
 def llmd_slo_signal(ttft_p90_s: float | None, tpot_p90_s: float | None, ttft_slo_s: float,
-                    tpot_slo_s: float) -> float:
-    """max(P90 TTFT / TTFT SLO, P90 TPOT / TPOT SLO); 0 for an idle service."""
-    parts = [v / slo for v, slo in ((ttft_p90_s, ttft_slo_s), (tpot_p90_s, tpot_slo_s))
-             if v is not None]
-    return max(parts) if parts else 0.0
+                    tpot_slo_s: float, cap: float = LLMD_SATURATION_CAP) -> float:
+    """One evaluation of the recording rules ``epp:saturation:raw`` and ``:clamped``:
+    min(max(P90 TTFT / TTFT SLO, P90 TPOT / TPOT SLO), ``cap``); a latency without
+    traffic reads 0 (``or vector(0)``)."""
+    parts = [(v or 0.0) / slo for v, slo in ((ttft_p90_s, ttft_slo_s), (tpot_p90_s, tpot_slo_s))]
+    return min(max(parts), cap)
+
+
+def llmd_desired(s: float, replicas: int, ready: int, up: float = LLMD_UP,
+                 down: float = LLMD_DOWN) -> int:
+    """The ScaledObject's ``scalingModifiers.formula`` (scaledobject.yaml): with the
+    in-flight credit c = ready / replicas while 0 < ready < replicas (else 1), on the
+    scale-up branch only,
+
+    ``replicas + ceil(replicas * (s * c / up - 1))`` when s > up,
+    ``replicas - floor(replicas * (1 - s / down))`` when s < down, else ``replicas``."""
+    n = replicas
+    if s > up:
+        c = ready / n if 0 < ready < n else 1.0
+        return n + math.ceil(n * (s * c / up - 1))
+    if s < down:
+        return n - math.floor(n * (1 - s / down))
+    return n
+
+
+def llmd_behavior() -> HpaBehavior:
+    """scaledobject.yaml ``horizontalPodAutoscalerConfig.behavior``: up max(100%, 4 pods)
+    per 60 s after a 30 s stabilization; down 1 pod per 120 s after 180 s."""
+    return HpaBehavior(down_window_s=180.0, up_window_s=30.0,
+                       up_policies=(HpaPolicy("Percent", 100, 60.0), HpaPolicy("Pods", 4, 60.0)),
+                       down_policies=(HpaPolicy("Pods", 1, 120.0),))
 
 
 @dataclass
 class LlmdSlo:
-    """llm-d's SLO-aware rule: signal averaged over 45 s; one replica out per HPA sync
-    above 0.55, one in below 0.40 after the HPA scale-down stabilization (300 s), at most
-    one pod per 120 s. The SLOs are the tenant's own (llm-d's defaults are 3 s / 100 ms)."""
+    """llm-d's SLO-aware rule as the guide ships it, every 15 s (the recording rules'
+    ``interval`` and the ScaledObject's ``pollingInterval``): the P90 TTFT and TPOT over
+    1 m against the SLOs, clamped at 2.0 per evaluation and averaged over 45 s; the
+    formula of :func:`llmd_desired` on provisioned and ready replicas; through the HPA as
+    an ``AverageValue`` target of 1 (10% tolerance) with the guide's behaviour
+    (:func:`llmd_behavior`). The SLOs are the tenant's TTFT and ITL objectives (the
+    guide's are 3 s / 100 ms). The guide reads the EPP's latency histograms (predicted,
+    else measured); here the engine's measured histograms."""
 
-    out_above: float = 0.55
-    in_below: float = 0.40
-    window_s: float = 45.0
     period_s: float = 15.0
-    down_window_s: float = 300.0
-    down_every_s: float = 120.0
     name: str = "llm-d-slo"
-    _below_since: float = -1.0
-    _last_down: float = -1e9
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+    behavior: HpaBehavior = field(default_factory=llmd_behavior)
+
+    def smoothed(self, clamped: float, now: float) -> float:
+        """``avg_over_time(epp:saturation:clamped[45s])`` after recording ``clamped``."""
+        self.samples.append((now, clamped))
+        while self.samples and self.samples[0][0] <= now - LLMD_SMOOTHING_S:
+            self.samples.popleft()
+        return sum(v for _, v in self.samples) / len(self.samples)
 
     def act(self, ctx: Context, now: float) -> Action:
         scr, n = ctx.scraper, ctx.svc.name
-        s = llmd_slo_signal(scr.quantile(n, "ttft", 0.9, now, self.window_s),
-                            scr.quantile(n, "tpot", 0.9, now, self.window_s),
-                            ctx.objectives.ttft_ms / 1e3, ctx.objectives.itl_p99_ms / 1e3)
+        raw = llmd_slo_signal(scr.quantile(n, "ttft", 0.9, now, LLMD_QUANTILE_WINDOW_S),
+                              scr.quantile(n, "tpot", 0.9, now, LLMD_QUANTILE_WINDOW_S),
+                              ctx.objectives.ttft_ms / 1e3, ctx.objectives.itl_p99_ms / 1e3)
+        s = self.smoothed(raw, now)
+        # kube_deployment_status_replicas: the pods that exist (starting and ready) equal
+        # the desired count here (scale-down removes a pod at once).
         cur = max(1, ctx.svc.desired)
-        if s > self.out_above:
-            self._below_since = -1.0
-            return Action(clamp(cur + 1, ctx), reason=f"signal {s:.2f}")
-        if s < self.in_below:
-            if self._below_since < 0:
-                self._below_since = now
-            if now - self._below_since >= self.down_window_s and \
-                    now - self._last_down >= self.down_every_s and cur > ctx.min_replicas:
-                self._last_down = now
-                return Action(clamp(cur - 1, ctx), reason=f"signal {s:.2f}")
-        else:
-            self._below_since = -1.0
-        return Action(cur)
+        d = llmd_desired(s, cur, len(ctx.svc.ready()))
+        rec = clamp(hpa_average_value(d, 1.0, cur), ctx)
+        return Action(clamp(self.behavior.apply(rec, cur, now), ctx), reason=f"signal {s:.2f}")
 
 
 # --- llm-d workload variant autoscaler, saturation analyzer ------------------------------
@@ -335,55 +441,296 @@ class AibrixApa:
         return Action(clamp(want, ctx))
 
 
-# --- NVIDIA Dynamo planner (throughput-based, aggregated) --------------------------------
-def dynamo_replicas(rate: float, isl: float, osl: float, model: StepModel, ttft_ms: float,
-                    itl_ms: float, budget: int, max_batch: int = 256) -> int:
-    """Replicas for ``rate`` req/s from profiled per-replica throughput at the targets:
-    prefill at the chunk size whose step fits the TTFT target, decode at the largest batch
-    whose step fits the ITL target; an aggregated replica does both, so GPU time adds."""
-    if rate <= 0:
-        return 0
-    chunk = budget
-    while chunk > 64 and model.prefill_ms(chunk) > ttft_ms:
-        chunk //= 2
-    prefill_tps = chunk / (model.prefill_ms(chunk) / 1e3)
-    b = 1
-    ctx = int(isl + osl / 2)
-    while b < max_batch and model.decode_ms(b + 1, (b + 1) * ctx) <= itl_ms:
-        b += 1
-    decode_tps = b / (model.decode_ms(b, b * ctx) / 1e3)
-    return math.ceil(rate * isl / prefill_tps + rate * osl / decode_tps)
+# --- NVIDIA Dynamo planner, aggregated mode (load-based) --------------------------------
+# ai-dynamo/dynamo, components/src/dynamo/planner: an aggregated deployment (mode "agg")
+# runs load-based scaling only (core/agg.py at commit 0cf7714, AggPlanner.__init__
+# rejects throughput-based scaling in agg mode); the rule is
+# core/load_scaling.py (commit 0c6da1e) LoadScalingMixin._advance_load_agg,
+# _agg_prefill_scaling, _agg_decode_scaling and _scale_decision, on the online regression
+# core/perf_model/agg.py (commit 518a702) AggRegressionModel over
+# core/perf_model/base.py (commit 439d645) _BaseRegressionModel; defaults from
+# config/defaults.py (commit 1ca6015) SLAPlannerDefaults. The throughput planner's
+# correction factors (observed / profiled TTFT and ITL) are not part of this mode: the
+# regression, refitted on live forward passes, takes their place.
+DYNAMO_LOAD_INTERVAL_S = 5.0  # load_adjustment_interval
+DYNAMO_MAX_FPM_SAMPLES = 64  # max_num_fpm_samples
+DYNAMO_BUCKETS_PER_AXIS = 4  # fpm_sample_bucket_size 16 = 4 x 4 buckets for the 2-D model
+DYNAMO_MIN_OBSERVATIONS = 5  # load_min_observations
+DYNAMO_DOWN_SENSITIVITY = 0.8  # load_scaling_down_sensitivity 80 (percent)
 
 
-DYNAMO_MAX_CORRECTION = 4.0
+@dataclass(frozen=True)
+class ForwardPass:
+    """One engine's latest forward-pass record (Dynamo's ``ForwardPassMetrics``, published
+    by the engine every iteration): the scheduled batch, the queue and the wall time. An
+    idle engine's record is all zeros."""
+
+    wall_time_s: float = 0.0
+    prefill_requests: int = 0  # scheduled_requests.num_prefill_requests
+    prefill_tokens: int = 0  # scheduled_requests.sum_prefill_tokens
+    decode_requests: int = 0  # scheduled_requests.num_decode_requests
+    decode_kv_tokens: int = 0  # scheduled_requests.sum_decode_kv_tokens
+    queued_prefill_tokens: int = 0  # queued_requests.sum_prefill_tokens
+    queued_decode_kv_tokens: int = 0  # queued_requests.sum_decode_kv_tokens (preempted)
+
+
+def forward_pass(rep: Replica) -> ForwardPass:
+    """The record a simulated replica's current step would publish: its decoding batch and
+    context, the prompt chunk of this step (oldest prompts first), the prompt tokens still
+    to prefill behind that chunk and in its queue (vLLM counts a prompt as queued until
+    the step that gives it tokens), and the step's time. Preempted sequences re-enter the
+    queue as prompts here (recompute), so the queued decode KV stays 0."""
+    if not rep.busy:
+        return ForwardPass()
+    p, b = rep.seg_p, rep.n_dec
+    kv = rep.base_ctx + b * rep.dstep
+    chunk_reqs, left = 0, p
+    for r in rep.prefilling:
+        if left <= 0:
+            break
+        chunk_reqs += 1
+        left -= r.prefill_left
+    pending = sum(r.prefill_left for r in rep.prefilling) - p + \
+        sum(r.prefill_left for r in rep.waiting)
+    return ForwardPass(rep.seg_dt0, chunk_reqs, p, b, kv if b else 0, max(0, pending))
+
+
+class _MovingAverage:
+    """base.py ``_MovingAverage``: mean of the last ``size`` values, leading zeros (the
+    idle time before traffic) skipped."""
+
+    def __init__(self, size: int) -> None:
+        self.values: deque[float] = deque(maxlen=size)
+        self.seen = False
+
+    def add(self, v: float) -> None:
+        if v == 0.0 and not self.seen:
+            return
+        self.seen = self.seen or v != 0.0
+        self.values.append(v)
+
+    @property
+    def value(self) -> float:
+        return sum(self.values) / len(self.values) if self.values else 0.0
+
+
+class FpmRegression:
+    """``AggRegressionModel``: wall time = a + b x prefill tokens + c x decode KV tokens,
+    ordinary least squares (sklearn's LinearRegression there, numpy's lstsq on centred
+    data here: the same solution, minimum-norm on a constant axis) over at most
+    ``max_samples`` observations kept spread over a 4 x 4 grid of the inputs' range (the
+    fullest bucket loses its oldest); a fit with a negative coefficient is rejected."""
+
+    def __init__(self, max_samples: int = DYNAMO_MAX_FPM_SAMPLES,
+                 min_observations: int = DYNAMO_MIN_OBSERVATIONS,
+                 per_axis: int = DYNAMO_BUCKETS_PER_AXIS) -> None:
+        self.max_samples = max_samples
+        self.min_observations = min_observations
+        self.per_axis = per_axis
+        self.buckets: dict[tuple[int, int], deque[tuple[float, float, float]]] = {}
+        self.lo = [math.inf, math.inf]
+        self.hi = [-math.inf, -math.inf]
+        self.count = 0
+        self.coef: tuple[float, float, float] | None = None  # (a, b, c) when fitted
+        self.fitted = False
+        self.avg_isl = _MovingAverage(max_samples)
+        self.avg_decode_len = _MovingAverage(max_samples)
+        self.avg_prefill_tokens = _MovingAverage(max_samples)
+
+    def _key(self, x: tuple[float, float]) -> tuple[int, int]:
+        k = []
+        for i, v in enumerate(x):
+            lo, hi = self.lo[i], self.hi[i]
+            idx = 0 if hi <= lo else int((v - lo) / (hi - lo) * self.per_axis)
+            k.append(max(0, min(idx, self.per_axis - 1)))
+        return k[0], k[1]
+
+    def add(self, f: ForwardPass) -> None:
+        """``add_observation``: moving averages always, the sample when it ran a step."""
+        if f.prefill_requests > 0:
+            self.avg_isl.add(f.prefill_tokens / f.prefill_requests)
+        if f.decode_requests > 0:
+            self.avg_decode_len.add(f.decode_kv_tokens / f.decode_requests)
+        self.avg_prefill_tokens.add(float(f.prefill_tokens))
+        if f.wall_time_s == 0.0:
+            return
+        x = (float(f.prefill_tokens), float(f.decode_kv_tokens))
+        changed = False
+        for i, v in enumerate(x):
+            if v < self.lo[i]:
+                self.lo[i], changed = v, True
+            if v > self.hi[i]:
+                self.hi[i], changed = v, True
+        if changed and self.count:
+            old = [o for q in self.buckets.values() for o in q]
+            self.buckets = {}
+            for o in old:
+                self.buckets.setdefault(self._key((o[0], o[1])), deque()).append(o)
+        self.buckets.setdefault(self._key(x), deque()).append((*x, f.wall_time_s))
+        self.count += 1
+        if self.count > self.max_samples:
+            fattest = max(self.buckets, key=lambda k: len(self.buckets[k]))
+            self.buckets[fattest].popleft()
+            self.count -= 1
+            if not self.buckets[fattest]:
+                del self.buckets[fattest]
+        self.fitted = False
+
+    def has_sufficient_data(self) -> bool:
+        return self.count >= self.min_observations
+
+    def _fit(self) -> bool:
+        if self.fitted:
+            return self.coef is not None
+        self.fitted, self.coef = True, None
+        obs = [o for q in self.buckets.values() for o in q]
+        if len(obs) < self.min_observations:
+            self.fitted = False
+            return False
+        arr = np.array(obs)
+        xm, ym = arr[:, :2].mean(axis=0), arr[:, 2].mean()
+        sol = np.linalg.lstsq(arr[:, :2] - xm, arr[:, 2] - ym, rcond=None)[0]
+        if (sol < 0).any():
+            return False
+        self.coef = (float(ym - xm @ sol), float(sol[0]), float(sol[1]))
+        return True
+
+    def predict(self, prefill_tokens: float, decode_kv_tokens: float) -> float | None:
+        """``_predict_2d``: seconds of one iteration (at least 1 us); None when unfitted."""
+        if not self._fit() or self.coef is None:
+            return None
+        a, b, c = self.coef
+        return max(1e-6, a + b * prefill_tokens + c * decode_kv_tokens)
+
+    def ttft(self, queued_prefill: float, budget: int, decode_kv: float) -> float | None:
+        """``estimate_next_ttft``: a new prompt of the mean length behind the queue,
+        prefilled in chunks of ``budget`` tokens beside the current decode KV."""
+        if not self._fit() or budget <= 0:
+            return None
+        total = queued_prefill + self.avg_isl.value
+        out = 0.0
+        while total > 0:
+            chunk = min(total, budget)
+            out += self.predict(chunk, decode_kv) or 0.0
+            total -= chunk
+        return out
+
+    def itl(self, decode_kv: float, queued_kv: float = 0.0) -> float | None:
+        """``estimate_next_itl``: one iteration with the mean prefill load beside the decode
+        KV, the queued KV and one more sequence of the mean length."""
+        if not self._fit():
+            return None
+        return self.predict(self.avg_prefill_tokens.value,
+                            decode_kv + queued_kv + self.avg_decode_len.value)
+
+
+def _dynamo_scale(estimates_ms: list[float], sla_ms: float, n: int, can_down: bool,
+                  min_endpoint: int) -> int | None:
+    """``_scale_decision``: +1 when every engine's estimate is above the SLA; -1 when the
+    caller's consolidation check allows it; else None (no change)."""
+    if not estimates_ms:
+        return None
+    if all(t > sla_ms for t in estimates_ms):
+        return n + 1
+    if n > 1 and can_down:
+        return max(n - 1, min_endpoint)
+    return None
+
+
+def dynamo_agg_desired(reg: FpmRegression, engines: list[ForwardPass], n: int,
+                       ttft_ms: float, itl_ms: float, budget: int, max_kv_tokens: int,
+                       min_endpoint: int = 1,
+                       sensitivity: float = DYNAMO_DOWN_SENSITIVITY) -> int:
+    """One load-based adjustment of an aggregated deployment of ``n`` engines.
+
+    TTFT side (``_agg_prefill_scaling``): each engine's next TTFT from its queued prompt
+    tokens and decode KV; scale-down only when, with the queues and decode KV of ``n``
+    engines on ``n - 1`` (x n/(n-1)), every engine's queue-induced TTFT (over its own
+    prompt's) stays under ``sensitivity`` x (SLA - own). ITL side (``_agg_decode_scaling``):
+    each engine's next ITL; scale-down only when the consolidated KV (decode + queued
+    prompts, x n/(n-1)) fits the cache and its ITL stays under ``sensitivity`` x SLA. A
+    side that refuses a scale-down holds ``n``. Combined (``_advance_load_agg``): up when
+    either side asks for it, down when both (or the ITL side alone when the TTFT side has
+    no signal), by one replica, never below ``min_endpoint``."""
+    cons = n / (n - 1) if n > 1 else 1.0
+    # TTFT side.
+    est: list[float] = []
+    can_down, refused = n > 1, False
+    for f in engines:
+        t = reg.ttft(f.queued_prefill_tokens, budget, f.decode_kv_tokens)
+        if t is not None:
+            est.append(t * 1e3)
+        if can_down:
+            post_kv = int(f.decode_kv_tokens * cons)
+            own = reg.ttft(0, budget, post_kv)
+            post = reg.ttft(int(f.queued_prefill_tokens * cons), budget, post_kv)
+            if own is None or post is None:
+                can_down = False
+            else:
+                room = (ttft_ms - own * 1e3) * sensitivity
+                if room <= 0 or (post - own) * 1e3 >= room:
+                    can_down, refused = False, True
+    p = _dynamo_scale(est, ttft_ms, n, can_down, min_endpoint)
+    if p is None and refused:
+        p = n
+    # ITL side.
+    est = []
+    can_down, refused = n > 1, False
+    for f in engines:
+        t = reg.itl(f.decode_kv_tokens, f.queued_decode_kv_tokens)
+        if t is not None:
+            est.append(t * 1e3)
+        if can_down:
+            post = int((f.decode_kv_tokens + f.queued_decode_kv_tokens +
+                        f.queued_prefill_tokens) * cons)
+            if max_kv_tokens > 0 and post >= max_kv_tokens:
+                can_down, refused = False, True
+                continue
+            post_itl = reg.itl(post)
+            if post_itl is None:
+                can_down = False
+            elif post_itl * 1e3 >= itl_ms * sensitivity:
+                can_down, refused = False, True
+    d = _dynamo_scale(est, itl_ms, n, can_down, min_endpoint)
+    if d is None and refused:
+        d = n
+    if p is not None and p > n:
+        want = p
+    elif d is not None and (d > n or (p is None and d < n)):
+        want = d
+    elif p is not None and p < n and d is not None and d < n:
+        want = max(p, d)
+    else:
+        want = n
+    return max(want, min_endpoint)
 
 
 @dataclass
 class DynamoPlanner:
-    """Dynamo's throughput-based planner: every 180 s, the next interval's load predicted
-    by the last interval's (constant predictor), replicas from profiled throughput, the
-    load scaled by the prefill correction factor (mean TTFT observed / profiled, 1..4)."""
+    """Dynamo's planner for an aggregated deployment, SLA target, load-based: every 5 s it
+    feeds each ready engine's forward pass to the regression and, unless a scaling it
+    asked for is still in progress (desired != ready replicas), adds or removes at most
+    one replica by :func:`dynamo_agg_desired`. The SLAs are the tenant's TTFT and ITL
+    objectives. Forward passes come from the simulated replicas (:func:`forward_pass`):
+    the planner subscribes to the engines' per-iteration records, which no Prometheus
+    scrape holds."""
 
-    period_s: float = 180.0
+    period_s: float = DYNAMO_LOAD_INTERVAL_S
     name: str = "dynamo-planner"
+    regression: FpmRegression = field(default_factory=FpmRegression)
 
     def act(self, ctx: Context, now: float) -> Action:
-        scr, n = ctx.scraper, ctx.svc.name
-        rate = scr.rate(n, "requests", now, self.period_s)
-        if rate is None:
+        ready = ctx.svc.ready()
+        engines = [forward_pass(r) for r in ready]
+        for f in engines:
+            self.regression.add(f)
+        n = len(ready)
+        if not engines or n != ctx.svc.desired or not self.regression.has_sufficient_data():
             return Action()
-        isl = (scr.rate(n, "prompt_tokens", now, self.period_s) or 0.0) / rate if rate else 0
-        osl = (scr.rate(n, "gen_tokens", now, self.period_s) or 0.0) / rate if rate else 0
-        # Correction factor (observed over profiled latency, as the planner computes it):
-        # queueing the throughput profile cannot see inflates the load it plans for.
-        ttft = scr.mean(n, "ttft", now, self.period_s)
-        expected = ctx.model.prefill_ms(int(isl)) / 1e3 if isl else None
-        corr = 1.0
-        if ttft is not None and expected:
-            corr = min(DYNAMO_MAX_CORRECTION, max(1.0, ttft / expected))
-        want = dynamo_replicas(rate * corr, isl, osl, ctx.model, ctx.objectives.ttft_ms,
-                               ctx.objectives.itl_p99_ms, ctx.svc.budget)
-        return Action(clamp(want, ctx))
+        want = dynamo_agg_desired(
+            self.regression, engines, n, ctx.objectives.ttft_ms, ctx.objectives.itl_p99_ms,
+            ctx.svc.budget, ready[0].model.kv_capacity_tokens, ctx.min_replicas)
+        return Action(clamp(want, ctx), reason=f"load-based {n} -> {want}")
 
 
 # --- the oracle's schedule --------------------------------------------------------------
@@ -437,15 +784,24 @@ class SloOperator:
     period_s: float = OPERATOR_PERIOD_S
     state: ControlState = field(default_factory=ControlState)
     reasons: list[tuple[float, str, str]] = field(default_factory=list)
+    history: SLOHistory | None = None  # the windows judged so far, as the operator keeps them
 
     def act(self, ctx: Context, now: float) -> Action:
         o = self.spec.objectives
+        window = float(parse_duration(self.spec.window))
+        period = float(parse_duration(self.spec.attainment_period))
         pct = Percentiles(o.e2e_percentile, o.ttft_percentile, o.inter_token_percentile)
-        obs = observation(ctx.scraper, ctx.svc, now, float(parse_duration(self.spec.window)), pct,
+        obs = observation(ctx.scraper, ctx.svc, now, window, pct,
                           hardware=ctx.hardware, precision=ctx.precision,
                           model_size_b=self.model_size_b)
+        if self.history is not None:
+            rep = slo_report(self.history, self.spec.attainment_target, period, now)
+            obs = replace(obs, error_budget_left=rep.error_budget_remaining)
         dec = decide(obs, policy_for(self.spec), self.state, now)
         self.state = dec.state
+        # The operator judges each pass's window and keeps the history in status.
+        self.history = record(self.history or SLOHistory(int(window)),
+                              evaluate_window(obs.signals, o).outcome, now, window, period)
         if not dec.valid:
             return Action(reason=dec.reason)
         if dec.replicas != ctx.svc.desired or dec.limit_reason:

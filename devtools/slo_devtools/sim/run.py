@@ -3,7 +3,18 @@
 The policies observe through :class:`~slo_devtools.sim.scrape.Scraper` (Prometheus-like);
 the *report* judges every 1-minute window from the exact per-request and per-token
 latencies of the simulation (not from bucket interpolation), so a policy cannot look good
-by the coarseness of vLLM's buckets.
+by the coarseness of vLLM's buckets. Attainment is reported over every window and over
+the windows after a warm-up (:data:`WARMUP_S`), when every policy has had time to act.
+
+A tenant's replicas run with its ``true_model`` when it has one (a fleet faster or slower
+than its profile says); policies are handed ``model``, the profile the operator seeds
+with, and never see the true one. The oracle and static runs simulate the true fleet.
+
+Chunked-prefill budget: replicas start with the tenant's ``max_num_batched_tokens``. Where
+the tenant lets policies choose it (``budget_settable``), a policy may set it before the
+run (an ``initial_chunk_budget(ctx)`` method returning the value its Deployment would be
+rendered with, or None) and at any pass (``Action.chunk_budget``: a rolling update,
+``Service.set_budget``); elsewhere the budget is pinned and both are ignored.
 """
 
 from __future__ import annotations
@@ -21,10 +32,17 @@ from slo_devtools.sim.scrape import Scraper
 from slo_devtools.sim.traces import Request, Trace
 from slo_runtime.stepmodel import StepModel
 
+# Windows starting before this many seconds are left out of the after-warm-up attainment:
+# ten minutes covers a policy's first window of metrics, a cold start and a few passes.
+WARMUP_S = 600.0
+
 
 @dataclass(frozen=True)
 class Tenant:
-    """One service of a workload: its model, engine settings, objectives and bounds."""
+    """One service of a workload: its model, engine settings, objectives and bounds.
+
+    ``model`` is the profile policies see; ``true_model`` (default: the same) is what the
+    replicas really run."""
 
     name: str
     model: StepModel
@@ -36,6 +54,14 @@ class Tenant:
     max_num_batched_tokens: int = 2048
     routing: str = "bound"
     precision: str = "bf16"
+    true_model: StepModel | None = None
+    budget_settable: bool = False  # may a policy choose --max-num-batched-tokens?
+    prefix_routing: bool = True  # a later turn goes to the replica holding its prefix
+
+    @property
+    def replica_model(self) -> StepModel:
+        """The step model the tenant's replicas run."""
+        return self.true_model or self.model
 
 
 @dataclass(frozen=True)
@@ -75,12 +101,26 @@ class TenantResult:
     e2e_p99: float | None = None  # over every request finished within the trace (s)
     ttft_p95: float | None = None
     pool_gpu_seconds: dict[str, float] = field(default_factory=dict)  # by GPU pool
+    warmup_s: float = WARMUP_S
+    budget: int = 0  # --max-num-batched-tokens at the end of the run
+    budget_changes: int = 0
+    prefix_hit_share: float | None = None  # prompt tokens found cached / looked up
+
+    def attainment_from(self, start: float) -> float:
+        """Good windows over windows with finished requests, of those starting at or
+        after ``start`` seconds."""
+        busy = [w for w in self.windows if w.finished and w.start >= start]
+        return sum(w.good for w in busy) / len(busy) if busy else 1.0
 
     @property
     def attainment(self) -> float:
         """Good windows over windows with finished requests."""
-        busy = [w for w in self.windows if w.finished]
-        return sum(w.good for w in busy) / len(busy) if busy else 1.0
+        return self.attainment_from(0.0)
+
+    @property
+    def warm_attainment(self) -> float:
+        """Attainment over the windows after the warm-up."""
+        return self.attainment_from(self.warmup_s)
 
 
 @dataclass
@@ -104,6 +144,11 @@ class RunResult:
     @property
     def min_attainment(self) -> float:
         return min(t.attainment for t in self.tenants.values())
+
+    @property
+    def min_warm_attainment(self) -> float:
+        """The worst tenant's attainment after the warm-up."""
+        return min(t.warm_attainment for t in self.tenants.values())
 
     @property
     def scale_actions(self) -> int:
@@ -207,12 +252,23 @@ def build_sim(workload: Workload, requests: Sequence[Request] | None = None, *,
     services = {}
     for t in workload.tenants:
         n = (replicas or {}).get(t.name, t.initial_replicas)
-        services[t.name] = Service(sim, t.name, t.model, replicas=n,
+        services[t.name] = Service(sim, t.name, t.replica_model, replicas=n,
                                    max_num_seqs=t.max_num_seqs,
                                    max_num_batched_tokens=t.max_num_batched_tokens,
-                                   routing=routing or t.routing, warm=warm)
+                                   routing=routing or t.routing, warm=warm,
+                                   prefix_routing=t.prefix_routing)
     sim.services = services
     return sim, services
+
+
+def _context(t: Tenant, svc: Service, scraper: Scraper, placer: Placer | None) -> Context:
+    """What a policy of tenant ``t`` may read: the profile's model, never the true one."""
+    ctx = Context(svc, scraper, t.objectives, t.model, min_replicas=t.min_replicas,
+                  max_replicas=t.max_replicas, precision=t.precision)
+    if placer is not None:
+        ctx = replace(ctx, model=placer.model, hardware=placer.hardware,
+                      precision=placer.precision)
+    return ctx
 
 
 def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str | None = None,
@@ -247,18 +303,22 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
     for t in workload.tenants:
         pol = policies[t.name]
         placer = placers.get(t.name)
-        ctx = Context(services[t.name], scraper, t.objectives, t.model,
-                      min_replicas=t.min_replicas, max_replicas=t.max_replicas,
-                      precision=t.precision)
-        if placer is not None:
-            ctx = replace(ctx, model=placer.model, hardware=placer.hardware,
-                          precision=placer.precision)
+        ctx = _context(t, services[t.name], scraper, placer)
+        pick = getattr(pol, "initial_chunk_budget", None)
+        if t.budget_settable and callable(pick):
+            # The value its Deployment is rendered with: the warm replicas start with it.
+            first_budget = pick(ctx)
+            if first_budget is not None:
+                ctx.svc.start_budget(int(first_budget))
 
         def tick(now: float, pol: Policy = pol, ctx: Context = ctx,
-                 placer: Placer | None = placer) -> None:
+                 placer: Placer | None = placer, settable: bool = t.budget_settable) -> None:
             act = pol.act(ctx, now)
             if act.limit is not None:
                 ctx.svc.set_limit(act.limit, now)
+            budget = getattr(act, "chunk_budget", None)
+            if settable and budget is not None:
+                ctx.svc.set_budget(budget, now)
             if placer is not None:
                 # Placed every pass: replicas held for a move or waiting for room settle.
                 placer.apply(ctx.svc, ctx.svc.desired if act.replicas is None
@@ -284,7 +344,10 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
             svc.preemptions, series[t.name],
             e2e_p99=_pct([f.done - f.t for f in svc.finished if f.done < end], 0.99),
             ttft_p95=_pct([f.first - f.t for f in svc.finished if f.done < end], 0.95),
-            pool_gpu_seconds=svc.gpu_seconds_by_pool(end))
+            pool_gpu_seconds=svc.gpu_seconds_by_pool(end), budget=svc.budget,
+            budget_changes=svc.budget_changes,
+            prefix_hit_share=svc.prefix_hits / svc.prefix_queries if svc.prefix_queries
+            else None)
     names = {p.name for p in policies.values()}
     return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
                      time.process_time() - cpu0, end)

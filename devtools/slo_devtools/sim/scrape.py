@@ -6,7 +6,13 @@ those samples as PromQL does: ``increase`` over ``[window]`` between the newest 
 the newest one at least ``window`` older, percentiles by ``histogram_quantile``
 (``slo.histogram.quantile``, the operator's own implementation) over the bucket
 increases, gauges as the newest sample. :func:`observation` turns that into the same
-:class:`~slo_operator.api.observe.Observation` the operator's Prometheus adapter builds.
+:class:`~slo_operator.api.observe.Observation` the operator's Prometheus adapter builds,
+demand signals included: the arrival rate (counted at arrival, before admission, as the
+gateway's ``slo_gateway_arrivals``), its peak over short windows (``max_over_time`` of a
+rate over two scrape intervals), the prefix cache's token hit share
+(``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``) and the mean decode time per
+output token (sum over count of the decode histogram, per-request time per output token
+first, per-token inter-token latency second: the operator's ``DECODE_SOURCES`` order).
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class Sample:
     prompt_tokens: float
     gen_tokens: float
     preemptions: float
+    arrivals: float
+    prefix_queries: float
+    prefix_hits: float
     engine_waiting: float
     waiting: float
     running: float
@@ -47,6 +56,9 @@ class Sample:
 
 
 FAMILIES = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "tpot": "tpot"}
+# The arrival peak's short window, in scrape intervals: two samples are the shortest span
+# a PromQL rate can be computed over.
+PEAK_SCRAPES = 2
 
 
 class Scraper:
@@ -63,7 +75,8 @@ class Scraper:
             ew, w, run, kv = svc.gauges()
             s = Sample(now, svc.ttft.snapshot(), svc.itl.snapshot(), svc.e2e.snapshot(),
                        svc.tpot.snapshot(), float(svc.requests_done), float(svc.prompt_tokens),
-                       float(svc.gen_tokens), float(svc.preemptions), ew, w, run, kv,
+                       float(svc.gen_tokens), float(svc.preemptions), float(svc.arrivals),
+                       float(svc.prefix_queries), float(svc.prefix_hits), ew, w, run, kv,
                        tuple(svc.per_replica()))
             self.samples[name].append(s)
             self.times[name].append(now)
@@ -122,6 +135,26 @@ class Scraper:
         delta: float = getattr(new, counter) - getattr(old, counter)
         return delta / (new.t - old.t)
 
+    def peak_rate(self, name: str, counter: str, now: float, window: float,
+                  short: float) -> float | None:
+        """``max_over_time(rate(counter[short])[window:scrape])``: the highest rate over
+        ``short`` seconds ending at a sample inside the window (None when the window
+        holds no such span)."""
+        p = self.pair(name, now, window)
+        if p is None:
+            return None
+        old, new = p
+        times, samples = self.times[name], self.samples[name]
+        best: float | None = None
+        for i in range(bisect_right(times, old.t), bisect_right(times, new.t)):
+            s = samples[i]
+            j = bisect_right(times, s.t - short) - 1
+            if j < 0 or times[j] < old.t or times[j] >= s.t:
+                continue
+            r = (getattr(s, counter) - getattr(samples[j], counter)) / (s.t - times[j])
+            best = r if best is None else max(best, r)
+        return best
+
     def jitter(self, name: str, now: float, window: float) -> float | None:
         """CV of per-request decode time per token (``vllm:request_time_per_output_token``)
         in the window, as the lower bound the buckets allow (``slo.histogram``)."""
@@ -172,6 +205,11 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
     ttft = scr.quantile(name, "ttft", pct.ttft, now, window)
     itl = scr.quantile(name, "itl", pct.itl, now, window)
     state = MetricsState.OK if e2e is not None else MetricsState.NO_TRAFFIC
+    p = scr.pair(name, now, window)
+    queried = p[1].prefix_queries - p[0].prefix_queries if p else 0.0
+    decode = scr.mean(name, "tpot", now, window)
+    if decode is None:
+        decode = scr.mean(name, "itl", now, window)
     sig = Signals(
         state=state,
         e2e_ms=None if e2e is None else e2e * 1e3,
@@ -186,6 +224,11 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         kv_usage=latest.kv,
         preemptions_rate=scr.rate(name, "preemptions", now, window),
         sample_time=latest.t,
+        arrival_rate=scr.rate(name, "arrivals", now, window),
+        arrival_peak_rate=scr.peak_rate(name, "arrivals", now, window, PEAK_SCRAPES * scr.scrape_s),
+        prefix_hit_share=(p[1].prefix_hits - p[0].prefix_hits) / queried
+        if p and queried > 0 else None,
+        decode_mean_ms=None if decode is None else decode * 1e3,
     )
     return Observation(key, now, sig, counts, svc.limit, svc.max_num_seqs, hardware, precision,
                        max_num_batched_tokens=svc.budget, labels=labels or {},

@@ -2,14 +2,40 @@
 
 Sources and licenses: ``slo_devtools/data/traces/README.md``. Every transformation
 (rate scaling, time compression, arrivals generated inside ServeGen's 10-minute windows,
-the synthetic ramp) is seeded and returns its factors in the :class:`Trace`, so a report
-can state them.
+the synthetic ramp, the long-context conversations) is seeded and returns its factors in
+the :class:`Trace`, so a report can state them.
+
+Long context (:func:`long_context`). No public trace ships per-request long prompts with
+their conversations, so the workload is built from documented distributions:
+
+* arrivals: the Azure 2023 conversation hour's timestamps (rate-scaled as
+  :func:`scale_rate` does);
+* conversations: every arrival is a later turn of a conversation whose next turn is due
+  (oldest due first), else the first turn of a new one. After each turn a conversation
+  continues with probability ``1 - 1/LONG_MEAN_TURNS`` (a geometric number of turns of
+  mean 2, the mean turns per conversation of LMSYS-Chat-1M, arXiv 2309.11998, Table 1);
+  its next turn is due ``LONG_ANSWER_S`` (the answer's time) plus an exponential think
+  time of mean ``LONG_THINK_S`` after the turn's arrival. So about half the requests are
+  later turns once the hour is under way;
+* a first turn's prompt (system prompt, documents, code, history brought along) is
+  ``LONG_MIN_PROMPT`` + a log-normal (mu ``LONG_LOG_MU``, sigma ``LONG_LOG_SIGMA``): mean
+  about 11.6k tokens, median 6.8k, p99 84k, clipped to the context window; the mean
+  matches the average input of Mooncake's long-context conversation trace (about 12k
+  tokens; Qin et al., FAST'25, arXiv 2407.00079) and the 4k floor keeps it long-context;
+* a later turn's prompt is the previous turn's prompt and output (its ``prefix``, which a
+  replica's prefix cache may hold) plus a new message; new messages and outputs are drawn
+  jointly from the Azure conversation trace's (prompt, output) pairs;
+* prompt + output never exceed ``MAX_MODEL_LEN`` (128k, the model's context window, as
+  ``--max-model-len``): a conversation that would outgrow it ends there, and the arrival
+  starts a new one.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime
+import heapq
+import itertools
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -27,12 +53,18 @@ SERVEGEN_DEFAULT_CV = 1.2
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a workload: arrival (seconds from the trace start) and lengths."""
+    """One request of a workload: arrival (seconds from the trace start) and lengths.
+
+    ``session`` names the conversation a request is a turn of (-1: none) and ``prefix``
+    how many leading tokens of its prompt are that conversation's earlier context (the
+    previous turn's prompt and output), which a replica's prefix cache may hold."""
 
     t: float
     prompt: int
     output: int
     tenant: str = ""
+    session: int = -1
+    prefix: int = 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +246,66 @@ def servegen_day(kind: str = "m-large", day: int = 0, *, peak_rate: float = 20.0
              f"time compressed x{time_compression:g} (10-min windows -> {window:g} s)")
     return Trace(f"servegen-{kind}-day{day}", reqs, len(rows) * window, scale,
                  time_compression, notes)
+
+
+# Long-context conversations (module docstring).
+MAX_MODEL_LEN = 131072  # Llama-3.1's 128k context window (--max-model-len)
+LONG_MIN_PROMPT = 4096
+LONG_LOG_MU = 7.915  # with sigma: mean ~11.6k, p99 ~84k tokens after the 4k shift
+LONG_LOG_SIGMA = 1.456
+LONG_MEAN_TURNS = 2.0
+LONG_ANSWER_S = 20.0  # the answer's time before the user reads it (the e2e objective)
+LONG_THINK_S = 60.0
+
+
+def long_context(*, rate_scale: float = 1.0, seed: int = 0, tenant: str = "long-context",
+                 mean_turns: float = LONG_MEAN_TURNS, think_s: float = LONG_THINK_S
+                 ) -> Trace:
+    """Long-context conversations on the Azure conversation hour's arrivals, with shared
+    prefixes (see the module docstring for the model and its sources)."""
+    if mean_turns < 1:
+        raise ValueError(f"mean_turns: must be >= 1, got {mean_turns}")
+    rng = random.Random(seed)
+    base = azure("azure-conv", rate_scale=rate_scale, seed=seed)
+    pairs = length_sampler("azure-conv")
+    go_on = 1.0 - 1.0 / mean_turns
+    due: list[tuple[float, int]] = []  # (time the next turn is due, conversation)
+    context: dict[int, int] = {}  # conversation -> tokens so far (prompt + output)
+    sessions = itertools.count()
+    out: list[Request] = []
+    for r in base.requests:
+        msg, answer = pairs[rng.randrange(len(pairs))]
+        sid = -1
+        while due and due[0][0] <= r.t:
+            _, s = heapq.heappop(due)
+            if context[s] + msg < MAX_MODEL_LEN:  # room for one output token
+                sid = s
+                break
+            del context[s]  # the context window is full: the conversation ends
+        if sid < 0:
+            sid = next(sessions)
+            prefix = 0
+            first = LONG_MIN_PROMPT + rng.lognormvariate(LONG_LOG_MU, LONG_LOG_SIGMA)
+            prompt = int(min(first, MAX_MODEL_LEN - 1))
+        else:
+            prefix = context[sid]
+            prompt = prefix + msg
+        output = max(1, min(answer, MAX_MODEL_LEN - prompt))
+        out.append(Request(r.t, prompt, output, tenant, sid, prefix))
+        if rng.random() < go_on:
+            context[sid] = prompt + output
+            heapq.heappush(due, (r.t + LONG_ANSWER_S + rng.expovariate(1.0 / think_s), sid))
+        else:
+            context.pop(sid, None)
+    later = sum(1 for q in out if q.prefix) / max(1, len(out))
+    notes = (*base.notes,
+             f"long-context conversations, seed {seed}: first-turn prompt {LONG_MIN_PROMPT} + "
+             f"log-normal(mu {LONG_LOG_MU}, sigma {LONG_LOG_SIGMA}) tokens, mean {mean_turns:g} "
+             f"turns per conversation, think time {LONG_ANSWER_S:g} s + exp(mean {think_s:g} s); "
+             f"{later * 100:.0f}% of requests are later turns reusing the previous turn as "
+             f"prefix; max context {MAX_MODEL_LEN}",)
+    return Trace("long-context", tuple(out), base.duration, base.rate_scale,
+                 base.time_compression, notes)
 
 
 # The llm-d autoscaling experiment ramps 2 -> 10 -> 1 requests/s. Phases (seconds, rate at

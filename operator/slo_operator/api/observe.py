@@ -60,6 +60,12 @@ class Signals:
     sample_time: float | None = None  # newest sample's timestamp
     pods: int | None = None  # pods reporting engine metrics
     latency_source: str = ""  # "gateway" (client-visible) or "engine" (vLLM's own view)
+    # Demand as it arrives (the gateway counts requests before admission): the mean
+    # arrival rate over the window and the highest short-window rate inside it.
+    arrival_rate: float | None = None  # requests arriving per second (window mean)
+    arrival_peak_rate: float | None = None  # highest short-window arrival rate in the window
+    prefix_hit_share: float | None = None  # share of prompt tokens found in the prefix cache
+    decode_mean_ms: float | None = None  # mean time per output token over the window
 
 
 @dataclass(frozen=True)
@@ -94,3 +100,6 @@ class Observation:
     max_num_batched_tokens: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     model_size_b: float | None = None  # parameters in billions (scales the capacity seed)
+    # Share of the SLO period's error budget left (slo.evaluate.report, from the windows
+    # written before this cycle); None before any window was judged.
+    error_budget_left: float | None = None

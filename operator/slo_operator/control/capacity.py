@@ -32,7 +32,7 @@ the replica models do. A caller with a better model passes ``StepTimes`` to ``po
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from slo_operator.hardware import resolve_product
@@ -50,37 +50,78 @@ DEFAULT_OUTPUT_TOKENS = 128.0
 # Range of the linear reduction of the shared step model.
 FIT_MAX_BATCH = 256
 FIT_PREFILL_TOKENS = 2048
+# E[p^2] / E[p]^2 of prompt lengths (1 + CV^2; CV about 1 in chat and code traces).
+PROMPT_SQUARE_FACTOR = 2.0
+# Share of the KV cache the planned batch may fill (vLLM preempts when it is full).
+KV_PLAN_SHARE = 0.9
 
 
 @dataclass(frozen=True)
 class StepTimes:
-    """Engine step-time model of one replica (milliseconds)."""
+    """Engine step-time model of one replica (milliseconds).
+
+    ``base_ms + per_seq_ms * b`` is a decode step of ``b`` sequences holding
+    ``ref_context`` tokens each; every further context token costs ``kv_ms_per_token`` per
+    sequence and step (decode attention reads the whole KV cache). A prompt token costs
+    ``prefill_ms_per_token``, plus ``attn_ms_per_token2`` for each earlier token of its
+    sequence it attends to. ``kv_tokens`` is the KV cache of one replica, in tokens.
+    """
 
     base_ms: float
     per_seq_ms: float
     prefill_ms_per_token: float
+    kv_ms_per_token: float = 0.0
+    attn_ms_per_token2: float = 0.0
+    ref_context: float = 0.0
+    kv_tokens: float = math.inf
 
-    def step_ms(self, running: float, prefill_tokens: float = 0.0) -> float:
-        """Duration of one engine step with ``running`` sequences and a prefill chunk."""
-        return self.base_ms + self.per_seq_ms * running + self.prefill_ms_per_token * prefill_tokens
+    def step_ms(self, running: float, prefill_tokens: float = 0.0,
+                context: float | None = None) -> float:
+        """Duration of one engine step with ``running`` sequences of ``context`` tokens
+        each (default: the reference context) and a prefill chunk."""
+        extra = 0.0 if context is None else self.kv_ms_per_token * (context - self.ref_context)
+        return self.base_ms + max(0.0, self.per_seq_ms + extra) * running \
+            + self.prefill_ms_per_token * prefill_tokens
+
+    def prefill_request_ms(self, prompt_tokens: float, cached_share: float = 0.0) -> float:
+        """Prefill work of a prompt whose leading ``cached_share`` is in the prefix cache.
+
+        Computed tokens ``p (1 - h)`` cost the linear term; each attends to the tokens
+        before it, ``p^2 (1 - h^2) / 2`` token pairs in all. A mean prompt understates
+        the mean of squares: ``PROMPT_SQUARE_FACTOR`` is E[p^2] / E[p]^2 for the
+        exponential-like length spreads of chat traffic (1 + CV^2 with CV 1).
+        """
+        p = max(0.0, prompt_tokens)
+        h = max(0.0, min(1.0, cached_share))
+        pairs = PROMPT_SQUARE_FACTOR * p * p * (1.0 - h * h) / 2.0
+        return p * (1.0 - h) * self.prefill_ms_per_token + self.attn_ms_per_token2 * pairs
 
     def scaled(self, speed: float) -> StepTimes:
         """The same model on a replica ``speed`` times faster."""
         s = max(speed, 1e-6)
-        return StepTimes(self.base_ms / s, self.per_seq_ms / s, self.prefill_ms_per_token / s)
+        return replace(self, base_ms=self.base_ms / s, per_seq_ms=self.per_seq_ms / s,
+                       prefill_ms_per_token=self.prefill_ms_per_token / s,
+                       kv_ms_per_token=self.kv_ms_per_token / s,
+                       attn_ms_per_token2=self.attn_ms_per_token2 / s)
 
     @classmethod
     def from_step_model(cls, model: SharedStepModel, max_batch: int = FIT_MAX_BATCH,
                         prefill_tokens: int = FIT_PREFILL_TOKENS) -> StepTimes:
         """Linear reduction of the shared step model: least squares of the decode step over
-        batches 1..``max_batch``, and the marginal cost of a prompt token in a mixed step."""
+        batches 1..``max_batch``, and the marginal cost of a prompt token in a mixed step;
+        the context terms and the KV capacity as the model has them (0 and unbounded for
+        a model without them)."""
         bs = range(1, max(2, max_batch) + 1)
         ys = {b: model.decode_ms(b) for b in bs}
         mx, my = sum(bs) / len(bs), sum(ys.values()) / len(bs)
         # Deviations of b sum to zero, so sum((b - mx) * y) is the covariance's numerator.
         slope = sum((b - mx) * y for b, y in ys.items()) / sum((b - mx) ** 2 for b in bs)
         per_token = (model.prefill_ms(prefill_tokens) - model.weights_ms) / prefill_tokens
-        return cls(max(0.0, my - slope * mx), max(0.0, slope), max(0.0, per_token))
+        return cls(max(0.0, my - slope * mx), max(0.0, slope), max(0.0, per_token),
+                   kv_ms_per_token=float(getattr(model, "kv_ms_per_token", 0.0)),
+                   attn_ms_per_token2=float(getattr(model, "prefill_attn_ms_per_token2", 0.0)),
+                   ref_context=float(getattr(model, "ref_ctx", 0.0)),
+                   kv_tokens=float(getattr(model, "kv_capacity_tokens", 0) or math.inf))
 
 
 class SharedStepModel(Protocol):
@@ -98,15 +139,17 @@ class SharedStepModel(Protocol):
 # parameter count (billions) and precision measured; checked against the profiles by a test.
 SEED_PRODUCT = "NVIDIA H200"
 SEED_STEP_TIMES: dict[tuple[float, str], StepTimes] = {
-    (8.0, "bf16"): StepTimes(4.462, 0.05049, 0.02320),
-    (8.0, "fp8"): StepTimes(2.971, 0.04603, 0.01465),
-    (70.0, "bf16"): StepTimes(34.57, 0.1661, 0.2082),
-    (70.0, "fp8"): StepTimes(19.40, 0.1439, 0.1226),
+    (8.0, "bf16"): StepTimes(4.462, 0.05049, 0.02320, 3.083e-05, 0.0, 1024.0, 883_607.0),
+    (8.0, "fp8"): StepTimes(2.971, 0.04603, 0.01465, 3.083e-05, 0.0, 1024.0, 936_857.0),
+    # 70B in BF16 does not fit one H200: its KV capacity is the TP=2 deployment's concern.
+    (70.0, "bf16"): StepTimes(34.57, 0.1661, 0.2082, 7.708e-05, 0.0, 1024.0),
+    (70.0, "fp8"): StepTimes(19.40, 0.1439, 0.1226, 7.708e-05, 0.0, 1024.0, 180_730.0),
 }
 DEFAULT_STEP_TIMES = SEED_STEP_TIMES[(8.0, "bf16")]
 
 
-def seed_step_times(model_size_b: float | None, precision: str, hardware: str = "") -> StepTimes:
+def seed_step_times(model_size_b: float | None, precision: str, hardware: str = "",
+                    gpus_per_replica: int = 1) -> StepTimes:
     """Seed step times for a model size, precision and GPU, scaled from the nearest profile."""
     prec = "fp8" if precision == "fp8" else "bf16"  # fp16 streams the same bytes as bf16
     seed = SEED_STEP_TIMES[(8.0, prec)]
@@ -115,12 +158,32 @@ def seed_step_times(model_size_b: float | None, precision: str, hardware: str = 
             ((s, t) for (s, p), t in SEED_STEP_TIMES.items() if p == prec),
             key=lambda st: abs(math.log(model_size_b / st[0])),
         )
-        # Decode is memory-bound and prefill compute-bound: both scale with parameter bytes.
+        # Decode is memory-bound and prefill compute-bound: both scale with parameter bytes
+        # (and so, roughly, do the KV bytes per token: the cache holds fewer tokens).
         f = model_size_b / size
-        seed = StepTimes(seed.base_ms * f, seed.per_seq_ms * f, seed.prefill_ms_per_token * f)
+        seed = replace(seed, base_ms=seed.base_ms * f, per_seq_ms=seed.per_seq_ms * f,
+                       prefill_ms_per_token=seed.prefill_ms_per_token * f,
+                       kv_ms_per_token=seed.kv_ms_per_token * f,
+                       attn_ms_per_token2=seed.attn_ms_per_token2 * f,
+                       kv_tokens=seed.kv_tokens / f)
     bandwidth, compute = hardware_ratios(hardware, prec)
-    return StepTimes(seed.base_ms / bandwidth, seed.per_seq_ms / bandwidth,
-                     seed.prefill_ms_per_token / compute)
+    memory = memory_ratio(hardware)
+    return replace(seed, base_ms=seed.base_ms / bandwidth, per_seq_ms=seed.per_seq_ms / bandwidth,
+                   prefill_ms_per_token=seed.prefill_ms_per_token / compute,
+                   kv_ms_per_token=seed.kv_ms_per_token / bandwidth,
+                   attn_ms_per_token2=seed.attn_ms_per_token2 / compute,
+                   kv_tokens=seed.kv_tokens * memory * max(1, gpus_per_replica))
+
+
+def memory_ratio(hardware: str) -> float:
+    """GPU memory of ``hardware`` relative to the seed's GPU (1 when unknown): the KV
+    cache grows with it (the weights' share is ignored: a first-order seed)."""
+    if not hardware:
+        return 1.0
+    mine, ref = resolve_product(hardware).hardware, resolve_product(SEED_PRODUCT).hardware
+    if mine is None or ref is None or not mine.memory_gib or not ref.memory_gib:
+        return 1.0
+    return mine.memory_gib / ref.memory_gib
 
 
 def hardware_ratios(hardware: str, precision: str = "bf16") -> tuple[float, float]:
@@ -151,20 +214,37 @@ class Capacity:
 
 
 def rate_at_batch(st: StepTimes, batch: int, prompt_tokens: float, output_tokens: float,
-                  utilization: float = TARGET_UTILIZATION) -> float:
+                  utilization: float = TARGET_UTILIZATION, *, cached_share: float = 0.0) -> float:
     """Sustainable requests per second of a replica whose batch is capped at ``batch``."""
-    return utilization * _mu(st, max(1, batch), max(0.0, prompt_tokens), max(1.0, output_tokens))
+    return utilization * _mu(st, max(1, batch), max(0.0, prompt_tokens), max(1.0, output_tokens),
+                             cached_share)
 
 
-def _mu(st: StepTimes, b: int, prompt: float, output: float) -> float:
-    per_request_ms = output * st.step_ms(b) / b + prompt * st.prefill_ms_per_token
+def decode_context(prompt: float, output: float) -> float:
+    """Mean tokens a decoding sequence holds: its prompt and half its output."""
+    return max(0.0, prompt) + max(1.0, output) / 2.0
+
+
+def kv_batch(st: StepTimes, prompt_tokens: float, output_tokens: float) -> int:
+    """Most sequences of this shape the KV cache holds at ``KV_PLAN_SHARE`` (a sequence
+    grows to its prompt and output), at least 1; a larger batch preempts."""
+    if not math.isfinite(st.kv_tokens):
+        return FIT_MAX_BATCH * 1024
+    per = max(1.0, prompt_tokens + output_tokens)
+    return max(1, int(KV_PLAN_SHARE * st.kv_tokens // per))
+
+
+def _mu(st: StepTimes, b: int, prompt: float, output: float, cached: float = 0.0) -> float:
+    ctx = decode_context(prompt, output)
+    per_request_ms = output * st.step_ms(b, context=ctx) / b + st.prefill_request_ms(prompt, cached)
     return 1000.0 / per_request_ms if per_request_ms > 0 else math.inf
 
 
-def _itl(st: StepTimes, b: int, prompt: float, output: float, util: float) -> float:
-    prefill_share = min(0.9, util * _mu(st, b, prompt, output) * prompt
-                        * st.prefill_ms_per_token / 1000.0)
-    return st.step_ms(b) / (1.0 - prefill_share)
+def _itl(st: StepTimes, b: int, prompt: float, output: float, util: float,
+         cached: float = 0.0) -> float:
+    prefill_share = min(0.9, util * _mu(st, b, prompt, output, cached)
+                        * st.prefill_request_ms(prompt, cached) / 1000.0)
+    return st.step_ms(b, context=decode_context(prompt, output)) / (1.0 - prefill_share)
 
 
 def itl_budget_ms(e2e_ms: float, ttft_ms: float, itl_ms: float | None, output: float) -> float:
@@ -185,28 +265,33 @@ def replica_capacity(
     min_batch: int,
     max_batch: int,
     utilization: float = TARGET_UTILIZATION,
+    cached_share: float = 0.0,
 ) -> Capacity:
-    """Largest batch within the per-token budget, and the rate a replica then sustains."""
+    """Largest batch within the per-token budget and the KV cache, and the rate a replica
+    then sustains."""
     p = max(0.0, prompt_tokens)
     g = max(1.0, output_tokens)
-    lo, hi = max(1, min_batch), max(1, min_batch, max_batch)
-    best_itl = _itl(st, lo, p, g, utilization)
+    h = max(0.0, min(1.0, cached_share))
+    lo = max(1, min_batch)
+    hi = max(lo, min(max(1, max_batch), kv_batch(st, p, g)))
+    best_itl = _itl(st, lo, p, g, utilization, h)
     if best_itl > itl_budget:
         # Targets out of reach at any batch: size on throughput at the knee (a batch whose
         # step is at most 1.5x the smallest), since more replicas cannot shorten a step.
+        ctx = decode_context(p, g)
         knee = lo
-        while knee * 2 <= hi and st.step_ms(knee * 2) <= 1.5 * st.step_ms(lo):
+        while knee * 2 <= hi and st.step_ms(knee * 2, context=ctx) <= 1.5 * st.step_ms(lo, context=ctx):
             knee *= 2
-        return Capacity(knee, utilization * _mu(st, knee, p, g),
-                        _itl(st, knee, p, g, utilization), False, best_itl)
+        return Capacity(knee, utilization * _mu(st, knee, p, g, h),
+                        _itl(st, knee, p, g, utilization, h), False, best_itl)
     # _itl grows with b (longer steps and a larger prefill share): binary search.
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _itl(st, mid, p, g, utilization) <= itl_budget:
+        if _itl(st, mid, p, g, utilization, h) <= itl_budget:
             lo = mid
         else:
             hi = mid - 1
-    return Capacity(lo, utilization * _mu(st, lo, p, g), _itl(st, lo, p, g, utilization),
+    return Capacity(lo, utilization * _mu(st, lo, p, g, h), _itl(st, lo, p, g, utilization, h),
                     True, best_itl)
 
 
@@ -214,3 +299,38 @@ def predicted_tokens_per_s(st: StepTimes, running: float) -> float:
     """Generated tokens per second of a replica decoding ``running`` sequences."""
     b = max(1.0, running)
     return 1000.0 * b / st.step_ms(b)
+
+
+# The ITL lever: chunked-prefill budgets are multiples of this many tokens (vLLM's KV
+# block is 16; a coarser grid keeps rolling updates for small drifts away), and never
+# below this many (a smaller chunk spends more steps on the weight read than on prompts).
+CHUNK_GRID = 256
+MIN_CHUNK = 512
+
+
+def chunk_budget_for_itl(st: StepTimes, itl_target_ms: float | None, decode_batch: int,
+                         *, default: int, floor: int) -> tuple[int, bool]:
+    """``--max-num-batched-tokens`` whose longest step fits the inter-token objective.
+
+    A step that carries a full prefill chunk delays every decoding sequence by the whole
+    chunk: with ``decode_batch`` sequences decoding, the step with the budget ``C`` takes
+    ``base + per_seq * b + prefill_ms_per_token * (C - b)``. The budget is the largest
+    multiple of ``CHUNK_GRID`` whose such step keeps ``LATENCY_MARGIN`` of the objective,
+    at most ``default`` (vLLM's own for the GPU: more buys little prefill efficiency) and
+    at least ``max(floor, MIN_CHUNK)`` (vLLM requires the budget to hold ``--max-num-seqs``).
+    Returns (budget, fits): ``fits`` is False when even the smallest budget misses the
+    objective (the objective is then out of reach of this lever).
+    """
+    lo = max(floor, MIN_CHUNK)
+    if itl_target_ms is None or itl_target_ms <= 0:
+        return max(default, floor), True
+    b = max(1, decode_batch)
+    room = LATENCY_MARGIN * itl_target_ms - st.step_ms(b)
+    per = st.prefill_ms_per_token
+    if per <= 0:
+        return max(default, floor), room > 0
+    tokens = b + room / per if room > 0 else 0.0
+    budget = int(tokens // CHUNK_GRID) * CHUNK_GRID
+    if budget < lo:
+        return lo, False
+    return max(lo, min(max(default, floor), budget)), True

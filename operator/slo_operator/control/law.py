@@ -1,9 +1,25 @@
 """The control law: ``decide(observation, policy, state, now) -> Decision``.
 
 Pure: no clock, no I/O; the same function runs in the operator and in the benchmark.
-Replicas come from a capacity model of the load (``capacity``), corrected by feedback on
-the measured SLO error; the batch limit moves with them. docs/slo-loop.md describes the
-law, each protection and each reason; keep it in step with this module.
+It reads the way the HPA's algorithm does, one small step after another, each returning
+a value and why:
+
+1. ``learn_model``: the request shape (prompt, output, prefix-cache share) and the
+   replicas' speed relative to the seed step times, learnt from the measured mean time
+   per output token at whatever load the replicas run;
+2. ``estimate_demand``: arrivals (the gateway's count before admission, else finished
+   requests plus the queue's change), burst headroom and the backlog;
+3. ``estimate_need``: replicas for the demand at the model's SLO-feasible batch, corrected
+   by the measured latency error, and replicas to absorb a short burst's prompts within
+   the first-token objective;
+4. ``scale_in_window``: how long a scale-in waits, from the error budget left and the
+   load's recent shape;
+5. ``normalize``: dead band, stabilization windows, no reversal, step limits, pending
+   pods, bounds and budget;
+6. ``batch_limit``: the live in-flight limit.
+
+``Decision.explanation`` holds every step's figures; the message is formatted from it.
+docs/slo-loop.md describes the law, each protection and each reason; keep it in step.
 """
 
 from __future__ import annotations
@@ -20,8 +36,8 @@ from slo_operator.control.capacity import (
     LATENCY_MARGIN,
     Capacity,
     StepTimes,
+    decode_context,
     itl_budget_ms,
-    predicted_tokens_per_s,
     rate_at_batch,
     replica_capacity,
     seed_step_times,
@@ -36,10 +52,11 @@ CORRECTION_MAX = 3.0
 CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
 CORRECTION_DECAY = 0.99  # per cycle, while latency is well inside its targets
 RELAXED_ERROR = 0.7  # latency error below which the correction decays
-# Speed learning from warm, saturated replicas.
+# Speed learning: an EWMA of the speed each cycle's mean time per output token implies,
+# from warm replicas, once the window holds enough requests to make the mean meaningful.
 SPEED_ALPHA = 0.3
 SPEED_MIN, SPEED_MAX = 0.33, 3.0
-SATURATED_SHARE = 0.5  # replicas count as saturated from this share of the batch limit
+SPEED_MIN_REQUESTS = 20.0  # requests finished in the window
 # Share of the scale-down window the recommendation history must span to be trusted.
 HISTORY_COVERAGE = 0.9
 MAX_TOKENS_PER_REQUEST = 10_000_000.0
@@ -52,6 +69,17 @@ BURST_RISE = 0.5
 # Burst noise: quantile of successive rate differences, and its value in deviations.
 NOISE_QUANTILE = 0.75
 NOISE_SCALE = 1.627
+# Short bursts: the replicas clear a short window's prompts at most this busy (the rest
+# of their time decodes), and the short window is what a scrape-resolution peak spans.
+BURST_UTILIZATION = 0.9
+SHORT_WINDOW_S = 30.0
+# Scale-in from the error budget: with more than BUDGET_RICH of the period's budget left
+# and a load that is not bursty, a scale-in waits SCALE_IN_FAST of the policy's window
+# (and burst peaks are remembered as long); at BUDGET_THIN or less, the whole window.
+BUDGET_RICH = 0.75
+BUDGET_THIN = 0.25
+SCALE_IN_FAST = 0.4
+BURSTY_NOISE = 0.15  # rate noise over its level from which the load counts as bursty
 # Live limit moves.
 LIMIT_DOWN_FACTOR = 0.75
 LIMIT_UP_FACTOR = 1.5
@@ -60,6 +88,97 @@ LIMIT_MODEL_CHANGE = 0.25  # relative change below which a model-driven move is 
 ITL_HEADROOM = 0.8  # raise the limit only while inter-token latency is below this share
 KV_FULL = 0.98  # KV-cache use at which the limit comes down
 KV_HIGH = 0.9  # ... or from here on while sequences are being preempted; no raise above
+
+
+# --- the steps' values ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Model:
+    """``learn_model``: what one replica of this service is like this cycle."""
+
+    steps: StepTimes  # the seed scaled by the learnt speed
+    speed: float
+    speed_samples: int
+    speed_key: str
+    prompt: float  # mean prompt tokens
+    output: float  # mean output tokens
+    cached: float  # share of prompt tokens found in the prefix cache
+    error: float | None  # measured / predicted mean time per output token, before learning
+
+
+@dataclass(frozen=True)
+class Demand:
+    """``estimate_demand``: requests per second to plan for."""
+
+    arrivals: float
+    source: str  # "gateway" (counted on arrival) or "completions" (finished + queue change)
+    burst: float
+    burst_kind: str  # "noise", "peak", "trend" or "none"
+    backlog: float
+    total: float
+    peak: float | None  # highest short-window arrival rate in the window (gateway)
+    excess: float  # highest short-window rate over its window's mean, over the lookback
+    shape: str  # "bursty", "falling", "rising" or "steady"
+    rates: tuple[tuple[float, float], ...]  # memory for the next cycle
+    peaks: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Need:
+    """``estimate_need``: replicas the model wants, and why."""
+
+    replicas: float
+    per_replica: float  # requests per second one replica sustains at ``batch``
+    batch: int
+    correction: float
+    burst_replicas: float  # replicas a short burst's prompts need within the TTFT target
+    driver: str  # "load" or "burst": which of the two sized the need
+
+
+@dataclass(frozen=True)
+class ScaleIn:
+    """``scale_in_window``: how long a scale-in waits and why."""
+
+    window_s: float
+    lookback_s: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """``normalize``: the replica count after every protection."""
+
+    target: int
+    recommendation: int
+    held: str | None
+    limited_reason: str | None
+    limited_message: str
+    recommendations: tuple[tuple[float, int], ...]
+    history_since: float
+
+
+@dataclass(frozen=True)
+class LimitMove:
+    """``batch_limit``: the live in-flight limit."""
+
+    limit: int
+    bias: float
+    reason: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Every step's figures for one decision (status, Events and tests read these)."""
+
+    model: Model
+    demand: Demand
+    need: Need
+    scale_in: ScaleIn
+    replicas_from: int
+    replicas_to: int
+    limit_from: int
+    limit_to: int
+    latency: str
 
 
 @dataclass(frozen=True)
@@ -78,17 +197,7 @@ class Decision:
     limit_message: str = ""
     need: float | None = None  # replicas the model needs (before protections)
     slo_error: float | None = None  # worst latency / target ratio this cycle
-
-
-@dataclass
-class _Limited:
-    reason: str | None = None
-    message: str = ""
-
-    def set(self, reason: str, message: str) -> None:
-        # Limits are applied from the softest to the hardest: the last that bit is the one
-        # that decides, and the one reported.
-        self.reason, self.message = reason, message
+    explanation: Explanation | None = None  # None for held and bring-up decisions
 
 
 def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: float) -> Decision:
@@ -104,32 +213,21 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     lam = max(0.0, sig.request_rate)
     waiting = max(0.0, sig.waiting or 0.0)
     running = max(0.0, sig.running or 0.0)
-    idle = lam == 0.0 and waiting == 0.0 and running == 0.0
+    arriving = max(0.0, sig.arrival_rate or 0.0)
+    idle = lam == 0.0 and waiting == 0.0 and running == 0.0 and arriving == 0.0
 
-    # Request shape: live means smoothed by how many requests they stand for (a window
-    # with a single request says little), else the last seen ones, else defaults.
-    weight = max(SHAPE_ALPHA_MIN, min(SHAPE_ALPHA_MAX, lam * policy.window_s / SHAPE_REQUESTS))
-    prompt = _smooth(state.prompt_tokens, _per_request(sig.prompt_tokens_rate, lam), weight) \
-        or DEFAULT_PROMPT_TOKENS
-    output = _smooth(state.output_tokens, _per_request(sig.generation_tokens_rate, lam),
-                     weight) or DEFAULT_OUTPUT_TOKENS
-
-    seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware)
-    key = f"{obs.hardware}/{obs.precision}"
-    speed, speed_samples = (state.speed, state.speed_samples) if state.speed_key == key \
-        else (1.0, 0)
-    speed, speed_samples = _learn_speed(obs, seed, prompt, speed, speed_samples)
-    st = seed.scaled(speed)
-
+    model = learn_model(obs, policy, state)
+    st = model.steps
     ceiling = max(1, min(policy.max_batch, obs.max_batch))
     floor = max(1, min(policy.min_batch, ceiling))
     budget = itl_budget_ms(policy.e2e_target_ms, policy.ttft_target_ms, policy.itl_target_ms,
-                           output)
-    cap = replica_capacity(st, prompt_tokens=prompt, output_tokens=output, itl_budget=budget,
-                           min_batch=floor, max_batch=ceiling)
+                           model.output)
+    cap = replica_capacity(st, prompt_tokens=model.prompt, output_tokens=model.output,
+                           itl_budget=budget, min_batch=floor, max_batch=ceiling,
+                           cached_share=model.cached)
 
     # SLO error: latency over target, only for targets replicas can reach.
-    ttft_floor = st.step_ms(1, prompt)
+    ttft_floor = st.prefill_request_ms(model.prompt, model.cached) + st.step_ms(1)
     ratios = _ratios(sig, policy, cap, ttft_floor)
     err = max(ratios.values()) if ratios else None
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
@@ -141,58 +239,289 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     step_batch = ceiling
     if policy.itl_target_ms is not None:
         step_batch = replica_capacity(
-            st, prompt_tokens=prompt, output_tokens=output,
+            st, prompt_tokens=model.prompt, output_tokens=model.output,
             itl_budget=LATENCY_MARGIN * policy.itl_target_ms, min_batch=floor,
-            max_batch=ceiling).batch
-    limit, bias, limit_reason, limit_message = _batch_limit(
-        obs, policy, state, now, step_batch, ratios, waiting, cur, in_flight, floor, ceiling)
-    plan_batch = min(cap.batch, limit)
-    per_replica = rate_at_batch(st, plan_batch, prompt, output)
+            max_batch=ceiling, cached_share=model.cached).batch
+    move = batch_limit(obs, policy, state, now, step_batch, ratios, waiting, cur, in_flight,
+                       floor, ceiling)
 
-    # Demand: arrivals (finished rate plus queue growth: a saturated service finishes at
-    # its capacity, not at the demand), burst headroom from recent rates, and the backlog.
-    arrivals = lam
+    scale_in = scale_in_window(policy, obs.error_budget_left, state, now,
+                               _arrivals(sig, state, now, policy.window_s)[0])
+    demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
+    need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight)
+    norm = normalize(need.replicas, cur, obs, policy, state, now, err, scale_in)
+
+    limited_reason, limited_message = norm.limited_reason, norm.limited_message
+    if not cap.feasible and limited_reason is None:
+        limited_reason, limited_message = R.TARGET_INFEASIBLE, (
+            f"inter-token latency of {cap.best_itl_ms:.1f} ms at batch {floor} exceeds the "
+            f"{budget:.1f} ms per token the targets leave for {model.output:.0f}-token "
+            "outputs; sizing for throughput")
+    target = norm.target
+    reason = _reason(target, cur, norm.recommendation, need.replicas, idle, err, norm.held,
+                     in_flight, move.reason, obs.batch_limit, move.limit)
+    explanation = Explanation(model=model, demand=demand, need=need, scale_in=scale_in,
+                              replicas_from=cur, replicas_to=target,
+                              limit_from=obs.batch_limit, limit_to=move.limit,
+                              latency=_latency_text(sig, policy))
+    direction = (target > cur) - (target < cur)
+    limits = state.limits
+    if move.limit != obs.batch_limit:
+        limits = (*limits, (now, move.limit))[-MAX_LIMITS:]
+    new_state = state.evolve(
+        last_good_replicas=target,
+        last_good_limit=move.limit,
+        last_good_time=now,
+        recommendations=norm.recommendations,
+        history_since=norm.history_since,
+        last_scale_time=now if direction else state.last_scale_time,
+        last_scale_direction=direction or state.last_scale_direction,
+        speed=model.speed,
+        speed_key=model.speed_key,
+        speed_samples=model.speed_samples,
+        model_error=model.error if model.error is not None else state.model_error,
+        correction=need.correction,
+        limit_bias=move.bias,
+        limits=limits,
+        rates=demand.rates,
+        peaks=demand.peaks,
+        prompt_tokens=model.prompt,
+        output_tokens=model.output,
+        cached_share=model.cached,
+        last_waiting=waiting,
+        last_time=now,
+    )
+    return Decision(
+        valid=True, replicas=target, batch_limit=move.limit, reason=reason,
+        message=format_explanation(explanation), state=new_state,
+        limited_reason=limited_reason, limited_message=limited_message,
+        limit_reason=move.reason, limit_message=move.message, need=need.replicas,
+        slo_error=err, explanation=explanation,
+    )
+
+
+# --- 1. the model -------------------------------------------------------------------------
+def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) -> Model:
+    """Request shape and replica speed, learnt from this cycle's signals.
+
+    The shape: live means smoothed by how many requests they stand for (a window with a
+    single request says little), else the last seen ones, else defaults. The speed: the
+    seed predicts the mean time per output token of a replica decoding ``b`` sequences
+    while prefill takes a share ``f`` of its time as ``step(b) / (1 - f)``; a replica
+    ``s`` times faster shows ``(step(b) / s) / (1 - f / s)``, so a measured mean ``m``
+    gives ``s = step(b) / m + f``. The batch ``b`` is Little's law over the window
+    (generated tokens per second x time per token), so no gauge sampled at one instant
+    enters; this holds at any load, not only when replicas are saturated.
+    """
+    sig = obs.signals
+    lam = max(0.0, sig.request_rate or 0.0)
+    weight = max(SHAPE_ALPHA_MIN, min(SHAPE_ALPHA_MAX, lam * policy.window_s / SHAPE_REQUESTS))
+    prompt = _smooth(state.prompt_tokens, _per_request(sig.prompt_tokens_rate, lam), weight) \
+        or DEFAULT_PROMPT_TOKENS
+    output = _smooth(state.output_tokens, _per_request(sig.generation_tokens_rate, lam),
+                     weight) or DEFAULT_OUTPUT_TOKENS
+    hit = sig.prefix_hit_share
+    cached = _smooth(state.cached_share, None if hit is None else max(0.0, min(1.0, hit)),
+                     weight) or 0.0
+
+    seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware,
+                                                obs.gpus_per_replica)
+    key = f"{obs.hardware}/{obs.precision}"
+    speed, samples = (state.speed, state.speed_samples) if state.speed_key == key else (1.0, 0)
+    error: float | None = None
+    implied = _implied_speed(obs, seed, prompt, output, cached, lam * policy.window_s)
+    if implied is not None:
+        measured, b, share = implied
+        predicted = seed.step_ms(b, context=decode_context(prompt, output)) / speed \
+            / max(0.1, 1.0 - share / speed)
+        error = measured / predicted if predicted > 0 else None
+        ratio = seed.step_ms(b, context=decode_context(prompt, output)) / measured + share
+        ratio = max(SPEED_MIN, min(SPEED_MAX, ratio))
+        speed, samples = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio, samples + 1
+    return Model(steps=seed.scaled(speed), speed=speed, speed_samples=samples, speed_key=key,
+                 prompt=prompt, output=output, cached=cached, error=error)
+
+
+def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: float,
+                   cached: float, requests: float) -> tuple[float, float, float] | None:
+    """(measured ms per output token, mean decode batch, prefill share at seed speed) of
+    warm replicas, or None when this cycle cannot say."""
+    r, s = obs.replicas, obs.signals
+    serving = r.serving
+    if r.warming or r.starting or serving <= 0 or requests < SPEED_MIN_REQUESTS:
+        return None  # cold replicas would read as slow ones; few requests, a noisy mean
+    m, gen = s.decode_mean_ms, s.generation_tokens_rate
+    if m is None or gen is None or not math.isfinite(m) or m <= 0 or gen <= 0:
+        return None
+    batch = max(1.0, gen * m / 1000.0 / serving)
+    lam = max(0.0, s.request_rate or 0.0)
+    share = min(0.9, lam / serving * seed.prefill_request_ms(prompt, cached) / 1000.0)
+    return m, batch, share
+
+
+# --- 2. demand ----------------------------------------------------------------------------
+def _arrivals(sig: Signals, state: ControlState, now: float, window_s: float) -> tuple[float, str]:
+    if sig.arrival_rate is not None and math.isfinite(sig.arrival_rate):
+        return max(0.0, sig.arrival_rate), "gateway"
+    lam = max(0.0, sig.request_rate or 0.0)
+    waiting = max(0.0, sig.waiting or 0.0)
     if state.last_waiting is not None and state.last_time is not None \
-            and 0 < now - state.last_time <= 2 * policy.window_s:
+            and 0 < now - state.last_time <= 2 * window_s:
         # Signed: a draining queue means the service finishes faster than requests arrive.
-        arrivals = max(0.0, arrivals + (waiting - state.last_waiting) / (now - state.last_time))
-    kept = tuple((t, r) for t, r in state.rates if now - t <= policy.burst_lookback_s)
+        lam = max(0.0, lam + (waiting - state.last_waiting) / (now - state.last_time))
+    return lam, "completions"
+
+
+def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
+                    lookback_s: float, idle: bool) -> Demand:
+    """Requests per second to plan for: arrivals, burst headroom and the backlog.
+
+    Arrivals are the gateway's count before admission where pods run it (a saturated
+    service finishes at its capacity, not at the demand), else finished requests plus the
+    queue's change. Headroom: new replicas arrive a cold start late, so the plan covers
+    the noise around the current level, the highest burst remembered over ``lookback_s``,
+    and a rising trend carried a cold start and a window ahead, whichever is most.
+    """
+    sig = obs.signals
+    arrivals, source = _arrivals(sig, state, now, policy.window_s)
+    waiting = max(0.0, sig.waiting or 0.0)
+    memory = max(lookback_s, policy.window_s)
+    kept = tuple((t, r) for t, r in state.rates if now - t <= memory)
     rates = (*kept, (now, arrivals))
     # Stored at most every quarter window, so a short cycle does not shorten the memory.
     recent_sample = bool(kept) and now - kept[-1][0] < policy.window_s / 4
-    kept_next = kept if recent_sample else rates[-MAX_RATES:]
-    # Burst headroom: new replicas arrive a cold start late, so plan for the noise around
-    # the current level and for the highest burst of the lookback, whichever is more.
-    peak = _burst_peak(rates, policy.cold_start_s + policy.window_s)
-    burst = max(policy.burst_k * _noise([r for _, r in rates]), peak - arrivals)
-    # A rising load keeps rising while new replicas start: plan for the rate they will
-    # meet, a cold start plus a window (the rate's own lag) ahead.
+    rates_next = kept if recent_sample else rates[-MAX_RATES:]
+    # Short bursts inside a window (the gateway's short-window peak over the window's
+    # mean) are remembered as their excess, so a smooth ramp's level is never held up
+    # as a burst and bursty load keeps its bursts planned for the lookback.
+    peak = sig.arrival_peak_rate if sig.arrival_peak_rate is not None \
+        and math.isfinite(sig.arrival_peak_rate) else None
+    kept_peaks = tuple((t, r) for t, r in state.peaks if now - t <= memory)
+    peaks_next = kept_peaks
+    excess_now = 0.0 if peak is None else max(0.0, peak - arrivals)
+    if peak is not None and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
+        peaks_next = (*kept_peaks, (now, excess_now))[-MAX_RATES:]
+    excess = max([r for _, r in kept_peaks] + [excess_now])
+
+    noise = policy.burst_k * _noise([r for _, r in rates])
+    top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals
     lead = policy.cold_start_s + policy.window_s
     trend = max(0.0, _slope([(t, r) for t, r in rates if now - t <= 2 * policy.window_s])) * lead
-    burst = max(burst, trend)
+    kinds = {"noise": noise, "peak": top, "trend": trend, "short-burst": excess}
+    kind, burst = max(kinds.items(), key=lambda kv: kv[1])
+    if burst <= 0:
+        kind, burst = "none", 0.0
     # The queue must drain after the replicas asked for now arrive (a cold start later).
     backlog = waiting / max(policy.backlog_drain_s + policy.cold_start_s, 1.0)
-    demand = 0.0 if idle else arrivals + burst + backlog
-    # Feedback corrects the model only where the model says the replicas suffice and the
-    # latency says they do not, and never while capacity is arriving or a queue drains.
-    model_need = demand * state.correction / per_replica if per_replica > 0 else math.inf
+    total = 0.0 if idle else arrivals + burst + backlog
+    return Demand(arrivals=arrivals, source=source, burst=burst, burst_kind=kind,
+                  backlog=backlog, total=total, peak=peak, excess=excess, shape=_shape(rates, now, policy),
+                  rates=rates_next, peaks=peaks_next)
+
+
+def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> str:
+    """The load's recent shape: bursty (noise beyond ``BURSTY_NOISE`` of its level), else
+    the sign of its trend over the last few windows."""
+    level = sum(r for _, r in rates) / len(rates) if rates else 0.0
+    if level <= 0:
+        return "steady"
+    if _noise([r for _, r in rates]) > BURSTY_NOISE * level:
+        return "bursty"
+    span = 4 * policy.window_s
+    slope = _slope([(t, r) for t, r in rates if now - t <= span]) * span
+    if slope < -BURSTY_NOISE * level:
+        return "falling"
+    if slope > BURSTY_NOISE * level:
+        return "rising"
+    return "steady"
+
+
+# --- 3. need ------------------------------------------------------------------------------
+def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, demand: Demand,
+                  model: Model, cap: Capacity, limit: int, err: float | None, cur: int,
+                  in_flight: bool) -> Need:
+    """Replicas for the demand, corrected by the latency error, or for a short burst.
+
+    Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
+    model's SLO-feasible batch under the live limit). Feedback corrects the model only
+    where the model says the replicas suffice and the latency says they do not, and never
+    while capacity is arriving or a queue drains.
+
+    Burst: a short window's arrivals at the peak rate ``P`` bring ``P x prefill`` of
+    prompt work per second on top of the decode work of the mean load ``A``; replicas
+    must clear it within the window plus the first-token objective (margin applied), at
+    most ``BURST_UTILIZATION`` busy: ``(P prefill + A decode) / 1000 x S / (S + m TTFT)
+    / u``, with ``S`` the short window. The highest peak remembered over the scale-in
+    lookback counts.
+    """
+    st = model.steps
+    plan_batch = max(1, min(cap.batch, limit))
+    per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
+                                cached_share=model.cached)
+    model_need = demand.total * state.correction / per_replica if per_replica > 0 else math.inf
+    waiting = max(0.0, obs.signals.waiting or 0.0)
     draining = state.last_waiting is not None and waiting < state.last_waiting
     settling = in_flight or obs.replicas.warming > 0 or draining or model_need > cur
     correction = _correct(state.correction, err, settling)
-    need = demand * correction / per_replica if per_replica > 0 else float(policy.max_replicas)
+    load = demand.total * correction / per_replica if per_replica > 0 \
+        else float(policy.max_replicas)
+    peak = demand.arrivals + demand.excess if demand.peak is not None else 0.0
+    burst = 0.0
+    if peak > 0 and demand.total > 0:
+        prefill = st.prefill_request_ms(model.prompt, model.cached)
+        decode = model.output * st.step_ms(plan_batch, context=decode_context(
+            model.prompt, model.output)) / plan_batch
+        work = (peak * prefill + demand.arrivals * decode) / 1000.0
+        burst = work * SHORT_WINDOW_S / (SHORT_WINDOW_S + LATENCY_MARGIN
+                                         * policy.ttft_target_ms / 1000.0) / BURST_UTILIZATION
+    need = max(load, burst)
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
+    return Need(replicas=need, per_replica=per_replica, batch=plan_batch, correction=correction,
+                burst_replicas=burst, driver="burst" if burst > load else "load")
 
-    lo, hi = policy.min_replicas, policy.max_replicas
-    limited = _Limited()
-    if not cap.feasible:
-        limited.set(R.TARGET_INFEASIBLE, (
-            f"inter-token latency of {cap.best_itl_ms:.1f} ms at batch {floor} exceeds the "
-            f"{budget:.1f} ms per token the targets leave for {output:.0f}-token outputs; "
-            "sizing for throughput"))
 
+# --- 4. scale-in ----------------------------------------------------------------------------
+def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: ControlState,
+                    now: float, arrivals: float) -> ScaleIn:
+    """How long a scale-in waits (and how long burst peaks are remembered).
+
+    The error budget decides the trade: with much of it left (``BUDGET_RICH``) a scale-in
+    may risk a window, so it waits ``SCALE_IN_FAST`` of the policy's window; with little
+    left (``BUDGET_THIN``) the whole window; in between, linearly. Bursty load keeps the
+    whole window whatever the budget (its next burst is likely inside it). A policy
+    window of zero stays zero.
+    """
+    full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
+    rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
+    shape = _shape(rates, now, policy)
+    if budget_left is None:
+        return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
+    if shape == "bursty":
+        return ScaleIn(full, lookback, f"bursty load: the whole window ({budget_left:.0%} of "
+                       "the error budget left)")
+    if budget_left <= BUDGET_THIN:
+        share = 1.0
+    elif budget_left >= BUDGET_RICH:
+        share = SCALE_IN_FAST
+    else:
+        share = 1.0 - (1.0 - SCALE_IN_FAST) * (budget_left - BUDGET_THIN) \
+            / (BUDGET_RICH - BUDGET_THIN)
+    return ScaleIn(full * share, lookback * share,
+                   f"{budget_left:.0%} of the error budget left, {shape} load: "
+                   f"{full * share:.0f} s of the {full:.0f} s window")
+
+
+# --- 5. normalize ---------------------------------------------------------------------------
+def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
+              state: ControlState, now: float, err: float | None,
+              scale_in: ScaleIn) -> Normalized:
+    """The replica count after the dead band, stabilization, reversal, step limits,
+    pending pods, bounds and budget; limits report from the softest to the hardest (the
+    last that bit is the one reported)."""
+    limited: tuple[str | None, str] = (None, "")
+    tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
     # fewer replicas with the tolerance to spare).
-    tol = policy.tolerance
     if need > cur * (1.0 + tol):  # from zero replicas: any need
         rec = math.ceil(need - 1e-9)
     elif math.ceil(need * (1.0 + tol) - 1e-9) < cur:
@@ -204,31 +533,26 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         rec = cur  # never scale in while the SLO is violated
 
     # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
-    # down to the highest of the down window.
-    # Each run of equal wishes is kept once, stamped with its last time: a wish counts in
-    # a window when it was last made inside it, whatever the cycle period.
+    # down to the highest of the down window (shortened by the error budget). Each run of
+    # equal wishes is kept once, stamped with its last time.
+    down_s = scale_in.window_s
     horizon = max(policy.scale_up_stabilization_s, policy.scale_down_stabilization_s)
     recs = tuple((t, n) for t, n in state.recommendations if now - t <= horizon)
     if recs and recs[-1][1] == rec:
         recs = recs[:-1]
     recs = (*recs, (now, rec))[-MAX_RECOMMENDATIONS:]
     up_floor = min(n for t, n in recs if now - t <= policy.scale_up_stabilization_s)
-    down_ceiling = max(n for t, n in recs if now - t <= policy.scale_down_stabilization_s)
+    down_ceiling = max(n for t, n in recs if now - t <= down_s)
     hist_since = state.history_since
     if hist_since is None and state.recommendations:
         hist_since = state.recommendations[0][0]  # state written before historySince
     if hist_since is None or not state.recommendations:
         hist_since = now
-    covered = now - hist_since >= HISTORY_COVERAGE * policy.scale_down_stabilization_s
-    if not covered:
+    if now - hist_since < HISTORY_COVERAGE * down_s:
         # History shorter than the window (new service, or status lost): the current
         # replicas count as the window's wish, so the first scale-down waits a whole window.
         down_ceiling = max(down_ceiling, cur)
-    target = cur
-    if target < up_floor:
-        target = up_floor
-    if target > down_ceiling:
-        target = down_ceiling
+    target = min(max(cur, up_floor), down_ceiling)
     held: str | None = R.SLO_VIOLATED if slo_hold else None
     if rec < cur and target == cur:
         held = R.STABILIZING
@@ -236,8 +560,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # No direction reversal inside a window.
     since = None if state.last_scale_time is None else now - state.last_scale_time
     if since is not None:
-        down_after_up = target < cur and state.last_scale_direction > 0 \
-            and since < policy.scale_down_stabilization_s
+        down_after_up = target < cur and state.last_scale_direction > 0 and since < down_s
         up_after_down = target > cur and state.last_scale_direction < 0 \
             and since < policy.scale_up_stabilization_s
         if down_after_up or up_after_down:
@@ -245,75 +568,109 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
 
     # Step limits.
     if target > cur + policy.max_scale_up_step:
-        limited.set(R.SCALE_UP_LIMIT, f"wanted {target} replicas, at most "
-                    f"{policy.max_scale_up_step} added per decision")
+        limited = (R.SCALE_UP_LIMIT, f"wanted {target} replicas, at most "
+                   f"{policy.max_scale_up_step} added per decision")
         target = cur + policy.max_scale_up_step
     if target < cur - policy.max_scale_down_step:
-        limited.set(R.SCALE_DOWN_LIMIT, f"wanted {target} replicas, at most "
-                    f"{policy.max_scale_down_step} removed per decision")
+        limited = (R.SCALE_DOWN_LIMIT, f"wanted {target} replicas, at most "
+                   f"{policy.max_scale_down_step} removed per decision")
         target = cur - policy.max_scale_down_step
 
     # Pending pods are not capacity, and asking for more while they wait helps nobody.
     if target > cur and obs.replicas.pending > 0:
-        limited.set(R.PENDING, f"{obs.replicas.pending} pod(s) Pending for lack of GPUs; no "
-                    f"further scale-up (wanted {target}) until they schedule")
+        limited = (R.PENDING, f"{obs.replicas.pending} pod(s) Pending for lack of GPUs; no "
+                   f"further scale-up (wanted {target}) until they schedule")
         target, held = cur, R.PENDING
 
-    # Bounds and budget, reported as ScalingLimited when the wish itself is out of them
-    # (they outrank the step limits: they would bind even with unlimited steps).
-    # A bound is reported when the wish is beyond it and it binds at least as hard as
-    # the step limits did.
+    # Bounds and budget, reported when the wish itself is beyond them and they bind at
+    # least as hard as the step limits did. Resting at minReplicas is not a limit worth
+    # a Warning: the bound is reported only when it holds replicas the load does not use
+    # and the service is not idle at its minimum.
+    lo, hi = policy.min_replicas, policy.max_replicas
     if rec < lo and target <= lo:
-        limited.set(R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")
+        limited = (R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")
     target = max(target, lo)
     if rec > hi and target >= hi:
-        limited.set(R.TOO_MANY_REPLICAS, f"the load needs {rec}; maxReplicas is {hi}")
+        limited = (R.TOO_MANY_REPLICAS, f"the load needs {rec}; maxReplicas is {hi}")
     target = min(target, hi)
     if policy.gpu_budget is not None:
         most = max(0, policy.gpu_budget // max(1, obs.gpus_per_replica))
         if min(rec, hi) > most and target >= most:
-            limited.set(R.GPU_BUDGET, f"gpuBudget {policy.gpu_budget} allows {most} replicas "
-                        f"of {obs.gpus_per_replica} GPU(s); the load needs {rec}")
+            limited = (R.GPU_BUDGET, f"gpuBudget {policy.gpu_budget} allows {most} replicas "
+                       f"of {obs.gpus_per_replica} GPU(s); the load needs {rec}")
         target = min(target, most)
+    return Normalized(target=target, recommendation=rec, held=held, limited_reason=limited[0],
+                      limited_message=limited[1], recommendations=recs, history_since=hist_since)
 
-    reason = _reason(target, cur, rec, need, idle, err, held, in_flight, limit_reason,
-                     obs.batch_limit, limit)
-    message = (
-        f"load {arrivals:.2f} req/s (+{burst:.2f} burst, +{backlog:.2f} backlog) x{correction:.2f} "
-        f"correction at {per_replica:.2f} req/s per replica (batch {plan_batch}, "
-        f"{prompt:.0f}+{output:.0f} tokens, speed {speed:.2f}) needs {need:.2f} replicas; "
-        f"{_latency_text(sig, policy)}; replicas {cur} -> {target}, limit "
-        f"{obs.batch_limit} -> {limit}"
-    )
-    direction = (target > cur) - (target < cur)
-    limits = state.limits
-    if limit != obs.batch_limit:
-        limits = (*limits, (now, limit))[-MAX_LIMITS:]
-    new_state = state.evolve(
-        last_good_replicas=target,
-        last_good_limit=limit,
-        last_good_time=now,
-        recommendations=recs,
-        history_since=hist_since,
-        last_scale_time=now if direction else state.last_scale_time,
-        last_scale_direction=direction or state.last_scale_direction,
-        speed=speed,
-        speed_key=key,
-        speed_samples=speed_samples,
-        correction=correction,
-        limit_bias=bias,
-        limits=limits,
-        rates=kept_next,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        last_waiting=waiting,
-        last_time=now,
-    )
-    return Decision(
-        valid=True, replicas=target, batch_limit=limit, reason=reason, message=message,
-        state=new_state, limited_reason=limited.reason, limited_message=limited.message,
-        limit_reason=limit_reason, limit_message=limit_message, need=need, slo_error=err,
-    )
+
+# --- 6. the batch limit -----------------------------------------------------------------------
+def batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
+                step_batch: int, ratios: dict[str, float], waiting: float, cur: int,
+                in_flight: bool, floor: int, ceiling: int) -> LimitMove:
+    """The live in-flight limit: the model's batch for the inter-token objective, lowered
+    by a measured inter-token miss or a full KV cache, raised while requests queue and
+    replicas are short, and back toward the model's batch once latency is inside."""
+    current = obs.batch_limit
+    if policy.batching_mode == "off":
+        return LimitMove(current, state.limit_bias, None, "")
+    base = max(floor, min(ceiling, step_batch))
+    bias = state.limit_bias
+    # Only a measured inter-token latency against its own target lowers the limit (an
+    # e2e miss is as often queueing, the replicas' job), or a KV cache that overflows:
+    # preempted sequences are recomputed, which costs everyone.
+    itl_r = ratios.get("itl")
+    ttft_r = ratios.get("ttft")
+    kv = obs.signals.kv_usage
+    kv_full = kv is not None and (kv >= KV_FULL or (
+        kv >= KV_HIGH and (obs.signals.preemptions_rate or 0.0) > 0))
+    kv_room = kv is None or kv < KV_HIGH
+    short = in_flight or cur >= policy.max_replicas or obs.replicas.pending > 0
+    why: str | None = None
+    cause = ""
+    if kv_full or (itl_r is not None and itl_r > 1.0):
+        proposal = math.floor(current * LIMIT_DOWN_FACTOR)
+        why = R.LIMIT_LOWERED
+        cause = "KV cache full" if kv_full else "inter-token latency over target"
+    elif ttft_r is not None and ttft_r > 1.0 and waiting > 0 and short and kv_room \
+            and (itl_r is None or itl_r < ITL_HEADROOM):
+        proposal = math.ceil(current * LIMIT_UP_FACTOR)
+        why = R.LIMIT_RAISED
+        cause = "requests queue while replicas are short"
+    else:
+        if all(r <= ITL_HEADROOM for r in ratios.values()) and kv_room and bias != 1.0:
+            bias = 1.0 + (bias - 1.0) * 0.5
+            if abs(bias - 1.0) < 0.05:
+                bias = 1.0
+            why = R.LIMIT_RESTORED
+            cause = "latency back inside targets"
+        proposal = round(base * bias)
+        if proposal > current and (not kv_room or any(r > 1.0 for r in ratios.values())):
+            proposal = current  # no way up while a latency or the KV cache is in trouble
+    proposal = max(floor, min(ceiling, proposal))
+    if why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
+        bias = proposal / base  # remembered, so the way back starts from here
+    last_change = state.limits[-1][0] if state.limits else None
+    out_of_range = current < floor or current > ceiling
+    if policy.batching_mode == "restart":
+        big = proposal >= 2 * current or proposal * 2 <= current
+        due = last_change is None or now - last_change >= policy.restart_interval_s
+    elif why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
+        # A latency miss: move now, in small steps.
+        big = abs(proposal - current) >= max(1.0, LIMIT_MIN_CHANGE * current)
+        due = last_change is None or now - last_change >= policy.limit_interval_s
+    else:
+        # The model's batch drifting with the request shape, or a way back: move only for
+        # a clear change and at most once a window, so the limit does not chase noise.
+        big = abs(proposal - current) >= max(2.0, LIMIT_MODEL_CHANGE * current)
+        due = last_change is None or now - last_change >= policy.window_s
+    move = out_of_range or (big and due)
+    if not move or proposal == current:
+        return LimitMove(current, bias, None, "")
+    if why is None:
+        why, cause = R.LIMIT_RESIZED, "the model's batch for the current request shape moved"
+    return LimitMove(proposal, bias, why, (
+        f"in-flight limit {current} -> {proposal} ({cause}; model batch {step_batch}, "
+        f"range {floor}..{ceiling})"))
 
 
 # --- validity ---------------------------------------------------------------------------
@@ -388,31 +745,6 @@ def _per_request(token_rate: float | None, lam: float) -> float | None:
     return v if 0 < v <= MAX_TOKENS_PER_REQUEST else None
 
 
-def _learn_speed(obs: Observation, seed: StepTimes, prompt: float, speed: float,
-                 samples: int) -> tuple[float, int]:
-    """EWMA of observed / predicted decode throughput, from warm saturated replicas only."""
-    r, s = obs.replicas, obs.signals
-    serving = r.serving
-    if r.warming or r.starting or serving <= 0:
-        return speed, samples  # cold replicas would read as slow ones
-    if not s.waiting or s.waiting < 1 or not s.running or not s.generation_tokens_rate:
-        return speed, samples  # only a queue shows the replicas' limit
-    batch = s.running / serving
-    if batch < SATURATED_SHARE * max(1, obs.batch_limit):
-        return speed, samples  # a queue in front of half-empty replicas is not their limit
-    # A replica s times faster than the seed decodes s * D(b) tokens/s for the time prefill
-    # leaves it: gen = s * D * (1 - prefill_seed / s) = s * D - D * prefill_seed, where
-    # prefill_seed is the share of time prefill takes at seed speed. Solve for s.
-    decode = predicted_tokens_per_s(seed, batch)
-    if decode <= 0:
-        return speed, samples
-    prefill_seed = (s.prompt_tokens_rate or 0.0) / serving * seed.prefill_ms_per_token / 1000.0
-    ratio = s.generation_tokens_rate / serving / decode + prefill_seed
-    ratio = max(SPEED_MIN, min(SPEED_MAX, ratio))
-    new = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio
-    return new, samples + 1
-
-
 def _ratios(sig: Signals, policy: ControlPolicy, cap: Capacity,
             ttft_floor_ms: float) -> dict[str, float]:
     out: dict[str, float] = {}
@@ -438,74 +770,6 @@ def _correct(correction: float, err: float | None, settling: bool) -> float:
             return max(1.0, correction * CORRECTION_DECAY)
         return max(CORRECTION_MIN, correction * math.sqrt(CORRECTION_DECAY))
     return correction
-
-
-def _batch_limit(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
-                 step_batch: int, ratios: dict[str, float], waiting: float, cur: int,
-                 in_flight: bool, floor: int, ceiling: int) -> tuple[int, float, str | None, str]:
-    current = obs.batch_limit
-    if policy.batching_mode == "off":
-        return current, state.limit_bias, None, ""
-    base = max(floor, min(ceiling, step_batch))
-    bias = state.limit_bias
-    # Only a measured inter-token latency against its own target lowers the limit (an
-    # e2e miss is as often queueing, the replicas' job), or a KV cache that overflows:
-    # preempted sequences are recomputed, which costs everyone.
-    itl_r = ratios.get("itl")
-    ttft_r = ratios.get("ttft")
-    kv = obs.signals.kv_usage
-    kv_full = kv is not None and (kv >= KV_FULL or (
-        kv >= KV_HIGH and (obs.signals.preemptions_rate or 0.0) > 0))
-    kv_room = kv is None or kv < KV_HIGH
-    short = in_flight or cur >= policy.max_replicas or obs.replicas.pending > 0
-    why: str | None = None
-    cause = ""
-    if kv_full or (itl_r is not None and itl_r > 1.0):
-        proposal = math.floor(current * LIMIT_DOWN_FACTOR)
-        why = R.LIMIT_LOWERED
-        cause = "KV cache full" if kv_full else "inter-token latency over target"
-    elif ttft_r is not None and ttft_r > 1.0 and waiting > 0 and short and kv_room \
-            and (itl_r is None or itl_r < ITL_HEADROOM):
-        proposal = math.ceil(current * LIMIT_UP_FACTOR)
-        why = R.LIMIT_RAISED
-        cause = "requests queue while replicas are short"
-    else:
-        if all(r <= ITL_HEADROOM for r in ratios.values()) and kv_room and bias != 1.0:
-            bias = 1.0 + (bias - 1.0) * 0.5
-            if abs(bias - 1.0) < 0.05:
-                bias = 1.0
-            why = R.LIMIT_RESTORED
-            cause = "latency back inside targets"
-        proposal = round(base * bias)
-        if proposal > current and (not kv_room or any(r > 1.0 for r in ratios.values())):
-            proposal = current  # no way up while a latency or the KV cache is in trouble
-    proposal = max(floor, min(ceiling, proposal))
-    if why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
-        bias = proposal / base  # remembered, so the way back starts from here
-    last_change = state.limits[-1][0] if state.limits else None
-    out_of_range = current < floor or current > ceiling
-    if policy.batching_mode == "restart":
-        big = proposal >= 2 * current or proposal * 2 <= current
-        due = last_change is None or now - last_change >= policy.restart_interval_s
-        move = out_of_range or (big and due)
-    elif why in (R.LIMIT_LOWERED, R.LIMIT_RAISED):
-        # A latency miss: move now, in small steps.
-        big = abs(proposal - current) >= max(1.0, LIMIT_MIN_CHANGE * current)
-        due = last_change is None or now - last_change >= policy.limit_interval_s
-        move = out_of_range or (big and due)
-    else:
-        # The model's batch drifting with the request shape, or a way back: move only for
-        # a clear change and at most once a window, so the limit does not chase noise.
-        big = abs(proposal - current) >= max(2.0, LIMIT_MODEL_CHANGE * current)
-        due = last_change is None or now - last_change >= policy.window_s
-        move = out_of_range or (big and due)
-    if not move or proposal == current:
-        return current, bias, None, ""
-    if why is None:
-        why, cause = R.LIMIT_RESIZED, "the model's batch for the current request shape moved"
-    return proposal, bias, why, (
-        f"in-flight limit {current} -> {proposal} ({cause}; model batch {step_batch}, "
-        f"range {floor}..{ceiling})")
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -581,3 +845,22 @@ def _latency_text(sig: Signals, policy: ControlPolicy) -> str:
         tgt = f"/{policy.itl_target_ms:.0f}" if policy.itl_target_ms else ""
         parts.append(f"ITL {sig.itl_ms:.1f}{tgt} ms")
     return ", ".join(parts) or "no latency samples"
+
+
+def format_explanation(e: Explanation) -> str:
+    """The decision's message, from its structured explanation."""
+    m, d, n = e.model, e.demand, e.need
+    source = "arriving" if d.source == "gateway" else "finished+queue"
+    burst = f"+{d.burst:.2f} {d.burst_kind}" if d.burst_kind != "none" else "+0 burst"
+    err = f", model error {m.error:.2f}" if m.error is not None else ""
+    cache = f", {m.cached:.0%} cached" if m.cached > 0 else ""
+    sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
+             f"{n.burst_replicas:.2f} replicas for its prompts") if n.driver == "burst" else (
+        f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica (batch "
+        f"{n.batch}) needs {n.replicas:.2f} replicas")
+    return (
+        f"load {d.arrivals:.2f} req/s {source} ({burst}, +{d.backlog:.2f} backlog) "
+        f"{m.prompt:.0f}+{m.output:.0f} tokens{cache}, speed {m.speed:.2f}{err}: {sized}; "
+        f"{e.latency}; scale-in: {e.scale_in.why}; replicas {e.replicas_from} -> "
+        f"{e.replicas_to}, limit {e.limit_from} -> {e.limit_to}"
+    )

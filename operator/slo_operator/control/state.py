@@ -33,12 +33,15 @@ class ControlState:
     speed: float = 1.0  # learnt speed of a replica relative to the seed step times
     speed_key: str = ""  # hardware/precision the speed was learnt on
     speed_samples: int = 0
+    model_error: float | None = None  # measured / predicted time per output token, last seen
     correction: float = 1.0  # feedback multiplier on the replica need from the SLO error
     limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
     limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
+    peaks: tuple[tuple[float, float], ...] = ()  # (time, short-window peak arrival rate)
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
+    cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
     last_waiting: float | None = None  # queue length at the last valid decision
     last_time: float | None = None  # time of the last valid decision
     extra: Mapping[str, Any] = field(default_factory=dict)  # reserved, round-tripped as is
@@ -60,12 +63,15 @@ class ControlState:
             "speed": round(self.speed, 4),
             "speedKey": self.speed_key,
             "speedSamples": self.speed_samples,
+            "modelError": None if self.model_error is None else round(self.model_error, 3),
             "correction": round(self.correction, 4),
             "limitBias": round(self.limit_bias, 4),
             "limits": [[_r(t), n] for t, n in self.limits],
             "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
+            "peaks": [[_r(t), round(r, 4)] for t, r in self.peaks] or None,
             "promptTokens": _opt(self.prompt_tokens),
             "outputTokens": _opt(self.output_tokens),
+            "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
             "lastWaiting": _opt(self.last_waiting),
             "lastTime": _opt(self.last_time),
         }
@@ -92,12 +98,15 @@ class ControlState:
             speed=_num(data.get("speed"), lo=0.05, hi=20.0) or 1.0,
             speed_key=str(data.get("speedKey") or ""),
             speed_samples=max(0, _int(data.get("speedSamples")) or 0),
+            model_error=_num(data.get("modelError"), lo=0.0, hi=1000.0),
             correction=_num(data.get("correction"), lo=0.1, hi=10.0) or 1.0,
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
             rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
+            peaks=_pairs(data.get("peaks"), float)[-MAX_RATES:],
             prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
             output_tokens=_num(data.get("outputTokens"), lo=0.0),
+            cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),
             last_waiting=_num(data.get("lastWaiting"), lo=0.0),
             last_time=_num(data.get("lastTime")),
             extra=dict(extra) if isinstance(extra, Mapping) else {},

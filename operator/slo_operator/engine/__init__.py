@@ -16,6 +16,7 @@ from slo_operator.engine.types import (
     KV_CACHE_DTYPES,
     PRECISIONS,
     BatchBounds,
+    ChunkBudget,
     EngineError,
     EnginePlan,
     EnginePrefs,
@@ -30,6 +31,7 @@ from slo_operator.engine.vllm_args import (
     ParsedOption,
     Problem,
     VllmArgSpec,
+    sets_option,
     validate,
     validate_extra_args,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "PRECISIONS",
     "ArgAction",
     "BatchBounds",
+    "ChunkBudget",
     "EngineError",
     "EnginePlan",
     "EnginePrefs",
@@ -58,6 +61,7 @@ __all__ = [
     "default_max_num_batched_tokens",
     "estimate_layers",
     "plan_engine",
+    "sets_option",
     "validate",
     "validate_extra_args",
 ]

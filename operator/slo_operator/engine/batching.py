@@ -5,16 +5,18 @@
 to the controller's current limit, and it is then clamped into ``[minBatch, maxBatch]``
 with an ``InitialBatchClamped`` note. So in ``live`` and ``off`` mode the flag is pinned
 to ``maxBatch`` and the gateway enforces the live limit below it. A user's
-``--max-num-batched-tokens`` is kept as given; otherwise it is vLLM's API-server default
-for the GPU class, raised to at least ``--max-num-seqs``. CUDA graphs are captured for
-every batch size up to ``maxBatch`` (none on Intel Gaudi). User ``extraArgs`` may still
-override any of these later (``engine.overrides``).
+``--max-num-batched-tokens`` is kept as given; otherwise it is the budget the caller chose
+for the policy's inter-token objective (``BatchBounds.chunk``: the reconciler computes it
+from the capacity model, which this package does not import), else vLLM's API-server
+default for the GPU class; either is raised to at least ``--max-num-seqs``. CUDA graphs
+are captured for every batch size up to ``maxBatch`` (none on Intel Gaudi). User
+``extraArgs`` may still override any of these later (``engine.overrides``).
 """
 
 from __future__ import annotations
 
-from slo_operator.engine.fields import F_MAX_BATCH, F_MNBT
-from slo_operator.engine.types import BatchBounds, EnginePrefs, Note
+from slo_operator.engine.fields import F_ITL, F_MAX_BATCH, F_MNBT
+from slo_operator.engine.types import BatchBounds, ChunkBudget, EnginePrefs, Note
 from slo_operator.hardware import HardwareClass
 
 # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: for the OpenAI API server,
@@ -78,6 +80,9 @@ def choose_batching(
         max_num_seqs = clamped
     if prefs.max_num_batched_tokens is not None:
         mnbt = prefs.max_num_batched_tokens
+    elif batch.chunk is not None:
+        mnbt = max(batch.chunk.tokens, max_num_seqs)
+        notes += chunk_notes(batch.chunk, mnbt, default_max_num_batched_tokens(hw))
     else:
         mnbt = default_max_num_batched_tokens(hw)
         if mnbt < max_num_seqs:
@@ -105,3 +110,30 @@ def choose_batching(
     else:
         graphs = cudagraph_capture_sizes(batch.max_seqs)
     return max_num_seqs, mnbt, graphs
+
+
+def chunk_notes(chunk: ChunkBudget, tokens: int, default: int) -> list[Note]:
+    """Why the budget is ``tokens`` for the inter-token objective, and, when even the
+    smallest budget misses it, that the objective is out of reach of this lever."""
+    itl = f"interTokenLatencyMs {chunk.itl_target_ms:g} ms"
+    # vLLM counts a decoding sequence's token against the budget too.
+    b = chunk.decode_batch
+    step = (f"a step filled to the budget ({b} decoding sequences and {max(0, tokens - b)} "
+            f"prompt tokens) takes about {chunk.step_ms:.1f} ms ({chunk.basis})")
+    if not chunk.fits:
+        return [
+            Note(F_MNBT, "ChunkedPrefillBudget",
+                 f"{tokens} tokens per step, the smallest budget planned, for {itl}: {step}"),
+            Note(F_ITL, "ITLOutOfChunkReach",
+                 f"{itl} is out of reach of the chunked-prefill budget: even {step}; fewer "
+                 "sequences per replica (the in-flight limit, maxBatch), a faster GPU, FP8 "
+                 "weights or tensor parallelism shorten the step"),
+        ]
+    if tokens >= default:
+        raised = " (raised to --max-num-seqs)" if tokens > default else ""
+        return [Note(F_MNBT, "ChunkedPrefillBudget",
+                     f"{tokens} tokens per step: vLLM's API-server default for this GPU "
+                     f"class{raised} already keeps {itl}: {step}")]
+    return [Note(F_MNBT, "ChunkedPrefillBudget",
+                 f"{tokens} tokens per step, below vLLM's default {default} for this GPU "
+                 f"class, for {itl}: {step}")]

@@ -20,3 +20,4 @@ F_PRODUCTS = "spec.hardware.gpuProducts"
 F_ALLOW_Q = "spec.allowQuantization"  # on the SLOPolicy
 F_MIN_BATCH = "spec.batching.minBatch"  # on the SLOPolicy
 F_MAX_BATCH = "spec.batching.maxBatch"  # on the SLOPolicy
+F_ITL = "spec.objectives.interTokenLatencyMs"  # on the SLOPolicy

@@ -81,12 +81,32 @@ class GpuSharing:
 
 
 @dataclass(frozen=True)
+class ChunkBudget:
+    """A chunked-prefill budget (``--max-num-batched-tokens``) chosen by the caller for an
+    inter-token objective, and what it was chosen from (the planner only reports them).
+
+    ``step_ms`` is the estimated longest step with this budget: a full prompt chunk while
+    ``decode_batch`` sequences decode; ``fits`` is False when even the smallest budget
+    considered misses the objective; ``basis`` says where the step times came from.
+    """
+
+    tokens: int
+    itl_target_ms: float
+    step_ms: float
+    decode_batch: int
+    fits: bool = True
+    basis: str = "seed step times"
+
+
+@dataclass(frozen=True)
 class BatchBounds:
-    """Batch limits the controller may choose (``--max-num-seqs``)."""
+    """Batch limits the controller may choose (``--max-num-seqs``), and the chunked-prefill
+    budget chosen for the policy's inter-token objective (``chunk``; None: vLLM's default)."""
 
     min_seqs: int = 1
     max_seqs: int = 256
     initial: int | None = None
+    chunk: ChunkBudget | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ __all__ = [
     "VllmArgSpec",
     "is_option",
     "normalize_flag",
+    "sets_option",
     "validate",
     "validate_extra_args",
 ]
@@ -41,3 +42,10 @@ def validate(args: Sequence[str]) -> list[Problem]:
 def validate_extra_args(extra: Sequence[str], path: str = F_EXTRA) -> list[Problem]:
     """Validate a user's extra arguments; problems name ``path[i]``."""
     return load_vllm_spec().validate_extra_args(extra, path)
+
+
+def sets_option(args: Sequence[str], dest: str) -> bool:
+    """Whether ``args`` set the option whose argparse destination is ``dest``, in any
+    spelling vLLM accepts (``--max-num-batched-tokens=4k``, ``--max_num_batched_tokens``)."""
+    options, _ = load_vllm_spec().parse(args)
+    return any(o.action.dest == dest for o in options)

@@ -1,7 +1,9 @@
 """Pure planning for one InferenceService: spec + policy + nodes -> desired state.
 
 No client, no clock: the caller passes what it observed and ``now``; the same function
-backs the operator, ``slo-operator render`` and the tests.
+backs the operator, ``slo-operator render`` and the tests. The chunked-prefill budget for
+an inter-token objective is chosen here per variant (``reconcile.chunking``): the engine
+planner takes it as an input, since the capacity model it comes from is not the engine's.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import NodeInfo
@@ -20,6 +23,7 @@ from slo_operator.api.models import (
 from slo_operator.control import replica_bounds
 from slo_operator.control.placement import VariantOption, rank, slo_rate
 from slo_operator.control.prices import DEFAULT_PRICES, PriceList
+from slo_operator.control.state import ControlState
 from slo_operator.engine import (
     BatchBounds,
     EngineError,
@@ -27,10 +31,22 @@ from slo_operator.engine import (
     EnginePrefs,
     GpuSharing,
     ModelFacts,
+    default_max_num_batched_tokens,
     plan_engine,
+    sets_option,
 )
 from slo_operator.engine.profiles import NodeProfile, fp8_verdict, match_profiles
 from slo_operator.hardware import HardwareResolution, classify_node_pools, resolve_product
+from slo_operator.reconcile.chunking import (
+    ChunkChange,
+    ChunkMemory,
+    change,
+    choose,
+    decode_batch,
+    engine_basis,
+    read_memory,
+    step_times,
+)
 from slo_operator.render.objects import RenderInput
 from slo_operator.settings import default_runtime_image
 
@@ -160,6 +176,10 @@ class VariantPlan:
     hardware_status: HardwareStatus
     notes: tuple[str, ...]
     option: VariantOption  # what placement needs (counts are filled by the reconciler)
+    # The chunked-prefill budget chosen for the inter-token objective, to keep in status
+    # (None: no objective, or the user set the budget), and its move, if it moved.
+    chunk: ChunkMemory | None = None
+    chunk_change: ChunkChange | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +193,16 @@ class ServicePlan:
     hardware_status: HardwareStatus
     notes: tuple[str, ...]
     variants: tuple[VariantPlan, ...] = ()
+
+    @property
+    def chunk_memory(self) -> dict[str, ChunkMemory]:
+        """The chosen budgets to keep in ``status.control`` (``chunking.with_memory``)."""
+        return {v.option.variant: v.chunk for v in self.variants if v.chunk is not None}
+
+    @property
+    def chunk_changes(self) -> tuple[ChunkChange, ...]:
+        """The variants whose budget moves with this plan (``chunking.chunk_events``)."""
+        return tuple(v.chunk_change for v in self.variants if v.chunk_change is not None)
 
 
 def model_facts(spec: InferenceServiceSpec) -> ModelFacts:
@@ -241,6 +271,34 @@ def batch_bounds(policy: SLOPolicySpec, restart_limit: int | None) -> BatchBound
     b = policy.batching
     initial = restart_limit if b.mode == "restart" else None
     return BatchBounds(min_seqs=b.min_batch, max_seqs=b.max_batch, initial=initial)
+
+
+def user_sets_budget(spec: InferenceServiceSpec) -> bool:
+    """Whether the user chose ``--max-num-batched-tokens`` (the spec field or extraArgs)."""
+    e = spec.engine
+    return e.max_num_batched_tokens is not None or sets_option(e.extra_args,
+                                                                "max_num_batched_tokens")
+
+
+def chunk_budget(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool,
+                 engine: EnginePlan, held: ChunkMemory | None, state: ControlState,
+                 now: float | None) -> ChunkMemory | None:
+    """The chunked-prefill budget for the policy's inter-token objective on ``pool``
+    (``reconcile.chunking``), from ``engine`` as planned without one (its precision,
+    tensor parallelism and ``--max-num-seqs``); None without an objective or when the
+    user set the budget. ``held``: the budget kept in status; ``state``: the law's memory
+    (learnt speed and request shape)."""
+    itl = policy.objectives.inter_token_latency_ms
+    hw = pool.resolution.hardware
+    if itl is None or hw is None or user_sets_budget(spec):
+        return None
+    precision = engine_precision(engine)
+    tp, floor = engine.tensor_parallel_size, engine.max_num_seqs
+    st, source = step_times(spec.model.size_billions, precision, hw.product, tp, state)
+    batch = decode_batch(st, policy.objectives, state, policy.batching.min_batch, floor)
+    return choose(st=st, source=source, itl_ms=float(itl), batch=batch,
+                  default=default_max_num_batched_tokens(hw), floor=floor,
+                  engine=engine_basis(precision, tp, floor), held=held, now=now)
 
 
 def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:
@@ -345,6 +403,8 @@ def plan_service(
     runtime_image: str = DEFAULT_RUNTIME_IMAGE,
     profiles: Sequence[NodeProfile] = (),
     prices: PriceList = DEFAULT_PRICES,
+    control: Mapping[str, Any] | None = None,
+    now: float | None = None,
 ) -> ServicePlan | Problem:
     """One variant per pool where the model fits, in placement order.
 
@@ -354,33 +414,47 @@ def plan_service(
     render input (a preview shows it); the reconciler splits the live replicas across
     variants with ``control.placement.place``. ``restart_limit`` is the batch limit to bake
     into ``--max-num-seqs`` under ``batching.mode: restart`` (ignored otherwise: the live
-    limit never reaches the pod template).
+    limit never reaches the pod template). ``control``: the service's ``status.control``
+    (the budgets kept for the inter-token objective, the law's learnt speed and request
+    shape); ``now``: seconds since the epoch, for the budget's rate limit (None: the kept
+    budgets move only when the objective or the engine settings change).
     """
     candidates, problem = candidate_pools(spec, pools, nodes)
     if problem:
         return problem
     variants: list[VariantPlan] = []
     first_error: EngineError | None = None
+    kept = read_memory(control)
+    state = ControlState.from_dict((control or {}).get("state"))
     for pool in candidates:
         hw = pool.resolution.hardware
         assert hw is not None
         prefs, profile_note = profile_prefs(
             engine_prefs(spec, policy), hw.product, hw.bf16, spec.model.size_billions, profiles
         )
+        bounds = batch_bounds(policy, restart_limit)
+        sharing = GpuSharing(mig=pool.resolution.mig, replicas=pool.resolution.replicas)
+        held = kept.get(variant_id(pool))
         try:
-            engine = plan_engine(
-                hw,
-                pool.gpus_per_node,
-                model_facts(spec),
-                prefs,
-                batch_bounds(policy, restart_limit),
-                GpuSharing(mig=pool.resolution.mig, replicas=pool.resolution.replicas),
-            )
+            engine = plan_engine(hw, pool.gpus_per_node, model_facts(spec), prefs, bounds,
+                                 sharing)
+            unlevered = engine.max_num_batched_tokens
+            chunk = chunk_budget(spec, policy, pool, engine, held, state, now)
+            if chunk is not None:
+                # Planned again with the budget: notes and memory estimates follow it.
+                engine = plan_engine(hw, pool.gpus_per_node, model_facts(spec), prefs,
+                                     replace(bounds, chunk=chunk.budget()), sharing)
         except EngineError as err:
             first_error = first_error or err
             continue
-        variants.append(_variant(name, namespace, uid, spec, policy, policy_name, pool, engine,
-                                 profile_note, replicas, runtime_image, prices))
+        old = held.tokens if held is not None else unlevered if chunk is not None else None
+        moved = None if old is None else change(
+            variant_id(pool), held, chunk, old, engine.max_num_batched_tokens,
+            user_sets_budget(spec))
+        variants.append(replace(
+            _variant(name, namespace, uid, spec, policy, policy_name, pool, engine,
+                     profile_note, replicas, runtime_image, prices),
+            chunk=chunk, chunk_change=moved))
     if not variants:
         assert first_error is not None
         return Problem(C.ENGINE_INFEASIBLE, first_error.field, first_error.message)

@@ -104,10 +104,12 @@ class ServiceInput:
 
 
 def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None = None,
-           only: Collection[ServiceKey] | None = None) -> list[ServiceInput]:
+           only: Collection[ServiceKey] | None = None,
+           now: float | None = None) -> list[ServiceInput]:
     """Services with a valid spec, a bound policy, a planned Deployment and a plan on the
     fleet now (pure); the others are the reconciler's business and keep their conditions.
-    ``only``: just these services (None: all)."""
+    ``only``: just these services (None: all). ``now`` (seconds) lets the plan keep the
+    chunked-prefill budget recorded in status (``reconcile.chunking``)."""
     settings = settings if settings is not None else Settings()
     fleet = fleet if fleet is not None else survey(snap)
     out = []
@@ -132,7 +134,7 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
             policy=policy, policy_name=ref or "", pools=fleet.pools, nodes=snap.nodes,
             replicas=status.desired_replicas, restart_limit=status.batch_limit,
             runtime_image=settings.runtime_image, profiles=settings.profiles,
-            prices=fleet.prices,
+            prices=fleet.prices, control=status.control, now=now,
         )
         if isinstance(plan, Problem):
             continue  # the reconciler reports it; an update would not be applied
@@ -180,7 +182,19 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
         gpus_per_replica=eng.tensor_parallel_size,
         max_num_batched_tokens=eng.max_num_batched_tokens,
         model_size_b=s.spec.model.size_billions,
+        error_budget_left=budget_left(s, now),
     )
+
+
+def budget_left(s: ServiceInput, now: float) -> float | None:
+    """Share of the policy period's error budget left, from the windows in status."""
+    control = s.status.control or {}
+    history = SLOHistory.from_dict(control.get("slo"))
+    if history.last_index is None:
+        return None
+    rep = report(history, s.policy.attainment_target,
+                 float(parse_duration(s.policy.attainment_period)), now)
+    return rep.error_budget_remaining
 
 
 def _pool_key(s: ServiceInput) -> str:
@@ -428,6 +442,10 @@ def _memory(state: ControlState, policy: ControlPolicy, now: float,
     while idle and len(rates) > 1 and rates[-1][1] == rates[-2][1] == 0:
         rates.pop()  # a run of zeros: its first sample (when it began) stands for it
     d["rates"] = rates
+    peaks = [[t, r] for t, r in d.get("peaks", []) if now - t <= policy.burst_lookback_s]
+    while idle and len(peaks) > 1 and peaks[-1][1] == peaks[-2][1] == 0:
+        peaks.pop()
+    d["peaks"] = peaks
     return d
 
 
@@ -447,7 +465,7 @@ async def observe_and_decide(
     """
     fleet = fleet if fleet is not None else survey(snap)
     # Planning every service's engine is CPU work too: off the event loop as well.
-    services = await asyncio.to_thread(inputs, snap, settings, fleet, only)
+    services = await asyncio.to_thread(inputs, snap, settings, fleet, only, now.timestamp())
     if not services:
         return {}
     plan = query_plan(services)

@@ -43,6 +43,7 @@ from slo_operator.reconcile.actions import (
     PostEvent,
 )
 from slo_operator.reconcile.actuate import live_limit_patches
+from slo_operator.reconcile.chunking import chunk_events, with_memory
 from slo_operator.reconcile.desired import (
     DEFAULT_RUNTIME_IMAGE,
     Problem,
@@ -256,6 +257,8 @@ def plan_reconcile(
         runtime_image=settings.runtime_image,
         profiles=settings.profiles,
         prices=surveyed.prices,
+        control=old_status.control,
+        now=now.timestamp(),
     )
     if isinstance(result, Problem):
         conds += problem_conditions(result.reason, result.field, result.message)
@@ -332,6 +335,10 @@ def plan_reconcile(
         new.last_decisions = append_decision(old_status.last_decisions, DecisionRecord(
             time=rfc3339(now), replicas=replicas, batch_limit=limit, reason=update.reason,
             message=update.message[:1024]))
+    # The chunked-prefill budgets the plan runs, kept beside the law's memory for their
+    # rate limit, and an Event for each that moved on a running variant.
+    new.control = with_memory(new.control, plan.chunk_memory)
+    announce = [*announce, *chunk_events(plan.chunk_changes, list(existing))]
     rep = report(body, old_status, new, conds, now, announce, update)
     return ReconcilePlan((*applies, *deletes, *patches, *rep.actions), rep.status, left, now,
                          refusal=refusal if applies else None)

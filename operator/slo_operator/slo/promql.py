@@ -15,7 +15,13 @@ at the nearest of those), tagged with a ``window`` label. Alternative sources of
 (client-visible gateway histograms and vLLM's own; current and older vLLM names) are
 tagged with a ``source`` label and chosen per service in ``slo.signals``.
 
-So a cycle runs exactly ``len(QUERY_NAMES)`` (8) queries, within the budget of 10.
+Demand is read where it arrives: the gateway counts every inference request before
+admission (``slo_gateway_arrivals_total``), so the ``throughput`` query carries the mean
+arrival rate per window next to vLLM's completions, and the ``burst`` query the highest
+arrival rate between two consecutive scrapes inside each window. Pods without the gateway
+have no arrival series: those signals are then absent, not zero.
+
+So a cycle runs exactly ``len(QUERY_NAMES)`` (9) queries, within the budget of 10.
 Label values that come from user objects (namespaces in the scope filter) pass through
 ``escape_label_value`` / ``regex_value`` and can never end the string they sit in.
 """
@@ -35,11 +41,26 @@ from slo_runtime import contract as c
 GATEWAY_TTFT = c.GATEWAY_TTFT
 GATEWAY_E2E = c.GATEWAY_E2E_LATENCY
 GATEWAY_QUEUE_DEPTH = c.GATEWAY_QUEUE_DEPTH
+GATEWAY_ARRIVALS = c.GATEWAY_ARRIVALS + c.COUNTER_SUFFIX
 
-QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "waiting", "running", "kv")
+QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "burst", "waiting", "running",
+               "kv")
 MAX_QUERIES = 10
 MAX_WINDOWS = 4
 BY_SERVICE = "namespace, service"  # the labels every query groups by
+# Scrape interval the ``burst`` query is sized for by default: the chart's PodMonitor
+# default (charts/slo-operator/values.yaml, podMonitor.interval); the loop is not told the
+# interval Prometheus actually uses, so a different one is passed to ``build_queries``.
+SCRAPE_INTERVAL_S = 15
+# The ``burst`` query's short window, in scrapes: rate() needs two samples, and a range
+# of two intervals holds exactly two (Prometheus ranges are left-open), so each step reads
+# the rate between two consecutive scrapes: the shortest burst the data can show. The
+# subquery steps one interval, so every pair of consecutive scrapes falls inside one step's
+# range (a step as long as the range would skip every other increase). A missed scrape
+# leaves a step without a value, which the maximum skips. Poisson noise over one interval
+# lifts the peak at low rates (sd sqrt(r * 15 s) / 15 s: 26 % of 1 req/s), which readers
+# of ``arrival_peak_rate`` must allow for.
+BURST_SCRAPES = 2
 
 # Sources, in order of preference (first with samples wins), per latency query.
 E2E_SOURCES = (("gateway", GATEWAY_E2E), ("engine", c.E2E_LATENCY))
@@ -55,6 +76,9 @@ THROUGHPUT_SIGNALS = (
     ("prompt_tokens", c.PROMPT_TOKENS + c.COUNTER_SUFFIX),
     ("generation_tokens", c.GENERATION_TOKENS + c.COUNTER_SUFFIX),
     ("preemptions", c.NUM_PREEMPTIONS + c.COUNTER_SUFFIX),
+    ("arrivals", GATEWAY_ARRIVALS),  # requests arriving at the gateway, before admission
+    ("prefix_queries", c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX),  # prompt tokens looked up
+    ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX),  # prompt tokens found cached
 )
 WAITING_SOURCES = (("engine", c.NUM_REQUESTS_WAITING), ("gateway", GATEWAY_QUEUE_DEPTH))
 KV_SOURCES = (("engine", c.KV_CACHE_USAGE), ("legacy", c.LEGACY_METRIC_NAMES[c.KV_CACHE_USAGE]))
@@ -133,11 +157,13 @@ def _or(parts: Iterable[str]) -> str:
     return " or ".join(parts)
 
 
-def build_queries(windows: Iterable[float], namespaces: Collection[str] | None = None) -> QueryPlan:
+def build_queries(windows: Iterable[float], namespaces: Collection[str] | None = None,
+                  scrape_interval_s: float = SCRAPE_INTERVAL_S) -> QueryPlan:
     """The cycle's queries for services whose policy windows are ``windows`` (seconds).
 
     ``namespaces`` limits every query to those namespaces (an operator watching a list of
-    namespaces); None means all.
+    namespaces); None means all. ``scrape_interval_s`` is the pods' scrape interval, which
+    sizes the ``burst`` query's steps.
     """
     plan = plan_windows(windows)
     labels = sorted(set(plan.values()), key=lambda d: int(d[:-1]))
@@ -163,6 +189,19 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
             for w in labels for sig, name in THROUGHPUT_SIGNALS
         )
 
+    def burst() -> str:
+        # The arrival rate between consecutive scrapes, at every scrape step across the
+        # window (a subquery), and the highest of those; a window shorter than one step
+        # reads the step that ends in it.
+        step = max(1, int(scrape_interval_s))
+        inner = (f"sum by ({BY_SERVICE}) "
+                 f"(rate({GATEWAY_ARRIVALS}{s}[{duration(BURST_SCRAPES * step)}]))")
+        return _or(
+            _tag(f"max_over_time({inner}[{duration(max(int(w[:-1]), step))}:{duration(step)}])",
+                 window=w)
+            for w in labels
+        )
+
     running = c.NUM_REQUESTS_RUNNING
     queries = (
         Query("e2e", hist(E2E_SOURCES)),
@@ -170,6 +209,7 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         Query("itl", hist(ITL_SOURCES)),
         Query("decode", hist(DECODE_SOURCES, with_sum=True)),
         Query("throughput", rates()),
+        Query("burst", burst()),
         Query("waiting", _or(_tag(f"sum by ({BY_SERVICE}) ({n}{s})", source=src)
                              for src, n in WAITING_SOURCES)),
         Query("running", _or([

@@ -11,7 +11,13 @@ Input is what the Prometheus HTTP API returns for an instant query (a list of
 - a required signal missing (a failed query, or traffic without latency samples):
   ``Partial``, with the missing names in the message;
 - latency comes from the gateway's client-visible histograms when they have samples in
-  the window, else from vLLM's own (which miss the wait in the gateway queue).
+  the window, else from vLLM's own (which miss the wait in the gateway queue);
+- demand as it arrives (``arrival_rate``, ``arrival_peak_rate``) comes from the gateway's
+  arrival counter only: without it (pods without the gateway) both are ``None``; the peak
+  is never below the window's mean (the short steps tile the window);
+- ``prefix_hit_share`` is prefix-cache hits over lookups (prompt tokens), in 0..1, ``None``
+  when nothing was looked up; ``decode_mean_ms`` is the decode histogram's sum rate over
+  its count rate (the ``+Inf`` bucket) for the source the jitter reads.
 """
 
 from __future__ import annotations
@@ -191,9 +197,14 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
     jitter = None
     if decode_h is not None and decode_h[2] is not None:
         jitter = histogram.cv_lower_bound(decode_h[1], decode_h[2])
+    decode_mean_ms = _decode_mean_ms(decode_h)
 
     tp = rows["throughput"]
     request_rate = _pick(tp, "signal", "requests", w)
+    arrival_rate = _pick(tp, "signal", "arrivals", w)
+    arrival_peak_rate = _pick(rows["burst"], "window", w)
+    if arrival_peak_rate is not None and arrival_rate is not None:
+        arrival_peak_rate = max(arrival_peak_rate, arrival_rate)
     waiting_parts = [r.value for r in rows["waiting"] if r.value is not None]
     waiting = sum(waiting_parts) if waiting_parts else None
     running = _pick(rows["running"], "stat", "sum")
@@ -219,6 +230,11 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         sample_time=sample_time,
         pods=None if pods is None else int(pods),
         latency_source=(e2e_h or ttft_h or ("", [], None))[0],
+        arrival_rate=arrival_rate,
+        arrival_peak_rate=arrival_peak_rate,
+        prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),
+                                _pick(tp, "signal", "prefix_queries", w)),
+        decode_mean_ms=decode_mean_ms,
     )
     idle = (request_rate is None or request_rate == 0) and not waiting and not running
     if idle and request_rate is not None:
@@ -236,6 +252,28 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
             why += f" (failed queries: {', '.join(failed)})"
         return _with(sig, MetricsState.PARTIAL, why)
     return _with(sig, MetricsState.OK, f"latency from {sig.latency_source or 'no samples'}")
+
+
+def _decode_mean_ms(h: tuple[str, list[tuple[float, float]], float | None] | None
+                    ) -> float | None:
+    """Mean of the decode histogram: its sum rate over its count rate (the ``+Inf``
+    bucket's rate is the count's, and ``_histogram`` only returns a source where it is
+    above 0)."""
+    if h is None or h[2] is None:
+        return None
+    count = max((v for le, v in h[1] if math.isinf(le)), default=0.0)
+    if count <= 0 or h[2] < 0:
+        return None
+    mean = h[2] / count * 1000.0
+    return mean if math.isfinite(mean) else None
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    """``part / whole`` in 0..1 (two rates extrapolated apart may overshoot a little);
+    None when either is unknown or ``whole`` is 0."""
+    if part is None or whole is None or whole <= 0:
+        return None
+    return min(1.0, max(0.0, part / whole))
 
 
 def _with(sig: Signals, state: MetricsState, message: str) -> Signals:

@@ -56,3 +56,16 @@ def test_spec_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "spec.json"
     synthetic.write_spec(path, [SVC])
     assert synthetic.load_spec(json.loads(path.read_text())) == [SVC]
+
+
+def test_arrivals_match_completions_and_a_quarter_of_prompt_tokens_hit_the_prefix_cache(
+        ) -> None:
+    samples = parse_metrics(synthetic.render(synthetic.all_lines([SVC], rate=2.0), 10.0))
+    arrivals = c.GATEWAY_ARRIVALS + c.COUNTER_SUFFIX
+    assert total(samples, arrivals, pod="chat-0") == total(
+        samples, c.REQUEST_SUCCESS + c.COUNTER_SUFFIX, pod="chat-0") == 20.0
+    # The gateway's series carries no engine labels, as the real gateway's.
+    assert all("engine" not in labels for n, labels, _ in samples if n == arrivals)
+    queries = total(samples, c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX)
+    assert queries == total(samples, c.PROMPT_TOKENS + c.COUNTER_SUFFIX) == 8000.0
+    assert total(samples, c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX) == 0.25 * queries

@@ -154,3 +154,87 @@ def test_central_queue_hands_requests_to_free_replicas_only() -> None:
     sim.run([], lambda r: svc, until=3600.0)
     assert len(svc.finished) == 7
     assert math.isclose(sum(f.output for f in svc.finished), 7 * 3000)
+
+
+def test_long_prompt_chunks_pay_attention_to_the_earlier_chunks() -> None:
+    # With an attention coefficient, each chunk attends to the chunks before it.
+    model = replace(MODEL, prefill_attn_ms_per_token2=1e-5)
+    prompt, budget = 5000, 2048
+    svc = serve([Request(0.0, prompt, 1)], model, max_num_batched_tokens=budget)
+    chunks = [(budget, 0), (budget, budget), (prompt - 2 * budget, 2 * budget)]
+    want = sum(model.step_ms(0, None, c, prefill_context=before) for c, before in chunks) / 1e3
+    assert svc.finished[0].first == pytest.approx(want, rel=1e-9)
+    assert want > sum(MODEL.step_ms(0, None, c) for c, _ in chunks) / 1e3
+
+
+def test_a_later_turn_prefills_only_what_the_prefix_cache_lacks() -> None:
+    model = replace(MODEL, prefill_attn_ms_per_token2=1e-5)
+    first = Request(0.0, 5000, 10, session=7)
+    prefix = 5000 + 10
+    later = Request(30.0, prefix + 300, 5, session=7, prefix=prefix)
+    svc = serve([first, later], model)
+    hit = prefix // 16 * 16  # whole KV blocks
+    ttft = svc.finished[1].first - svc.finished[1].t
+    assert ttft == pytest.approx(
+        model.step_ms(0, None, later.prompt - hit, prefill_context=hit) / 1e3, rel=1e-9)
+    assert svc.prefix_queries == first.prompt + later.prompt
+    assert svc.prefix_hits == hit
+
+
+def test_prefix_cache_evicts_the_least_recently_finished_conversation() -> None:
+    small = replace(MODEL, kv_capacity_tokens=20000)
+    reqs = [Request(0.0, 8000, 2, session=1), Request(1.0, 8000, 2, session=2),
+            Request(2.0, 10000, 2),  # needs room: conversation 1 (older) is evicted
+            Request(3.0, 8100, 2, session=1, prefix=8002),
+            Request(4.0, 8100, 2, session=2, prefix=8002)]
+    svc = serve(reqs, small)
+    assert len(svc.finished) == 5
+    assert svc.prefix_hits == 8002 // 16 * 16  # conversation 2 only
+
+
+def _busy_holder(prefix_routing: bool) -> Service:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=2, prefix_routing=prefix_routing)
+    long = [Request(t, 100, 5000) for t in (0.001, 1.0, 1.001)]
+    reqs = sorted([Request(0.0, 1000, 5, session=1), *long,
+                   Request(5.0, 1300, 5, session=1, prefix=1005)], key=lambda r: r.t)
+    sim.run(reqs, lambda r: svc, until=6.0)
+    return svc
+
+
+def test_prefix_routing_sends_a_later_turn_to_the_replica_holding_its_prefix() -> None:
+    # The holder runs two long requests, the other replica one: least-outstanding routing
+    # would miss the prefix, prefix-aware routing finds it while the holder admits at once.
+    assert _busy_holder(True).prefix_hits == 1005 // 16 * 16
+    assert _busy_holder(False).prefix_hits == 0
+
+
+def test_budget_change_is_a_rolling_update() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=2, max_num_batched_tokens=8192)
+    svc.set_budget(1024, 0.0)
+    assert len(svc.active()) == 2 and len(svc.replicas) == 4  # two successors starting
+    assert all(r.budget == 8192 for r in svc.ready())  # the old pods serve meanwhile
+    sim.run([], lambda r: svc, until=100.0)
+    assert [r.budget for r in svc.replicas] == [1024, 1024]
+    assert all(r.phase is Phase.READY for r in svc.replicas)
+    # Old pods ran until their successors were ready (idle: retired at once).
+    assert svc.gpu_seconds(100.0) == pytest.approx(2 * 100.0 + 2 * MODEL.cold_start_s)
+    assert svc.budget_changes == 1
+
+
+def test_scale_down_during_a_rollout_takes_a_successor_and_its_predecessor() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=2, max_num_batched_tokens=8192)
+    svc.set_budget(1024, 0.0)
+    svc.set_replicas(1, 1.0)
+    sim.run([], lambda r: svc, until=100.0)
+    assert [r.budget for r in svc.replicas] == [1024]
+
+
+def test_a_budget_chosen_at_start_needs_no_rollout() -> None:
+    sim = Simulation()
+    svc = Service(sim, "t", MODEL, replicas=2, max_num_batched_tokens=8192)
+    svc.start_budget(1024)
+    assert [r.budget for r in svc.replicas] == [1024, 1024]
+    assert svc.budget_changes == 0

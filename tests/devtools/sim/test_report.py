@@ -46,3 +46,19 @@ def test_cli_rejects_an_unknown_trace_without_a_traceback(tmp_path: Path) -> Non
     r = CliRunner().invoke(main, ["bench", "--trace", "azure-chat", "--out", str(tmp_path)])
     assert r.exit_code == 2
     assert "--trace" in r.output and "azure-chat" in r.output
+
+
+def test_a_fleet_section_compares_with_the_reference_and_the_lower_bound(
+        tmp_path: Path) -> None:
+    res = run_workload("tiny", "strict", wl=tiny(), fleet="x1.3")
+    assert res.fleet == "x1.3"
+    assert all(t.true_model is not None for t in res.workload.tenants)
+    # The oracle's lower bound, where it computes one, is stated beside the reference.
+    setattr(res.oracle, "lower_bound_gpu_hours", res.oracle.run.gpu_hours / 1.25)
+    text = render([res], tmp_path, cpu_s=1.0).read_text()
+    assert "## tiny - strict targets - fleet x1.3" in text
+    assert "x reference" in text and "x oracle" not in text
+    assert "reference 1.25x" in text
+    assert "after warm-up" in text and "| tiny | strict | x1.3 |" in text
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "tiny-strict-x1.3-chat.png", "tiny-strict-x1.3-code.png"]

@@ -51,6 +51,9 @@ def test_window_reads_are_increases_between_scrapes() -> None:
     assert obs.signals.prompt_tokens_rate == pytest.approx(400.0, rel=0.05)
     assert obs.signals.ttft_ms is not None and obs.signals.ttft_ms <= 20.0
     assert obs.batch_limit == svc.limit == 256
+    # Requests never overlap: the mean time per output token is a batch-1 decode step.
+    assert obs.signals.decode_mean_ms == pytest.approx(step_model().decode_ms(1, 203), rel=1e-3)
+    assert obs.signals.prefix_hit_share == 0.0  # looked up, nothing shared
 
 
 def test_idle_window_has_no_latency_and_no_traffic_state() -> None:
@@ -61,3 +64,33 @@ def test_idle_window_has_no_latency_and_no_traffic_state() -> None:
     assert obs.signals.e2e_ms is None
     assert obs.signals.request_rate == 0.0
     assert not math.isnan(obs.signals.kv_usage or 0.0)
+
+
+def test_arrivals_count_demand_before_anything_finishes() -> None:
+    # 2 req/s of requests far longer than the run: nothing finishes, demand still shows.
+    reqs = [Request(i * 0.5, 100, 100_000) for i in range(600)]
+    _, svc, scr = _service(reqs, 300.0)
+    obs = observation(scr, svc, 290.0, 60.0, Percentiles(), hardware="H200", precision="bf16")
+    assert obs.signals.request_rate == 0.0
+    assert obs.signals.arrival_rate == pytest.approx(2.0, rel=0.05)
+
+
+def test_arrival_peak_is_the_busiest_two_scrape_span_in_the_window() -> None:
+    # 1 req/s, plus 9 req/s more from 240 s to 270 s: the window (225, 285] averages
+    # 5.5 req/s, its busiest 30 s 10 req/s.
+    base = [Request(i + 0.5, 100, 2) for i in range(300)]
+    burst = [Request(240.05 + i / 9.0, 100, 2) for i in range(270)]
+    _, svc, scr = _service(sorted(base + burst, key=lambda r: r.t), 300.0)
+    obs = observation(scr, svc, 299.0, 60.0, Percentiles(), hardware="H200", precision="bf16")
+    assert obs.signals.arrival_rate == pytest.approx(5.5, rel=0.02)
+    assert obs.signals.arrival_peak_rate == pytest.approx(10.0, rel=0.02)
+
+
+def test_prefix_hit_share_is_tokens_found_over_tokens_looked_up() -> None:
+    first = Request(1.0, 2000, 10, session=3)
+    later = Request(20.0, 2510, 10, session=3, prefix=2010)
+    _, svc, scr = _service([first, later], 120.0)
+    obs = observation(scr, svc, 60.0, 60.0, Percentiles(), hardware="H200", precision="bf16")
+    assert obs.signals.prefix_hit_share == pytest.approx(2000 / (2000 + 2510))
+    idle = observation(scr, svc, 119.0, 30.0, Percentiles(), hardware="H200", precision="bf16")
+    assert idle.signals.prefix_hit_share is None  # nothing looked up in the window

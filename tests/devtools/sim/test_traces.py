@@ -79,3 +79,33 @@ def test_unknown_names_say_which_field() -> None:
         T.azure("azure-chat")
     with pytest.raises(ValueError, match="rate_scale"):
         T.azure("azure-code", rate_scale=0)
+
+
+def test_long_context_lengths_follow_the_documented_distribution() -> None:
+    tr = T.long_context(seed=1)
+    prompts = sorted(r.prompt for r in tr.requests)
+    assert len(tr.requests) == len(T.azure("azure-conv").requests)  # the hour's arrivals
+    assert prompts[0] >= T.LONG_MIN_PROMPT
+    assert all(r.prompt + r.output <= T.MAX_MODEL_LEN for r in tr.requests)
+    assert statistics.fmean(prompts) == pytest.approx(12_000, rel=0.15)
+    assert prompts[int(0.99 * len(prompts))] == pytest.approx(85_000, rel=0.2)
+
+
+def test_long_context_later_turns_reuse_the_previous_turn_as_prefix() -> None:
+    tr = T.long_context(seed=2)
+    last: dict[int, T.Request] = {}
+    later = 0
+    for r in tr.requests:
+        assert r.session >= 0
+        if r.prefix:
+            prev = last[r.session]
+            assert r.prefix == prev.prompt + prev.output
+            assert r.prompt > r.prefix
+            assert r.t >= prev.t + T.LONG_ANSWER_S
+            later += 1
+        else:
+            assert r.session not in last  # a conversation starts once
+        last[r.session] = r
+    # Mean 2 turns per conversation: about half the requests are later turns.
+    assert later / len(tr.requests) == pytest.approx(0.5, abs=0.1)
+    assert any("later turns" in n for n in tr.notes)

@@ -8,6 +8,7 @@ import pytest
 
 from slo_operator.engine import (
     BatchBounds,
+    ChunkBudget,
     EnginePrefs,
     Note,
     cudagraph_capture_sizes,
@@ -161,3 +162,50 @@ def test_gaudi_gets_no_cuda_graphs(golden: Golden) -> None:
     assert (seqs, mnbt, graphs) == (64, 8192, ())
     assert (notes[-1].field, notes[-1].reason) == ("cudagraphCaptureSizes", "NotCUDA")
     golden.check("engine", "batching-gaudi-no-cuda-graphs", notes[-1].message)
+
+
+def _chunk(tokens: int, fits: bool = True) -> ChunkBudget:
+    # Figures of the reconciler's plan for an 8B model on H100 (FP8) at 50 ms and 28 ms.
+    if not fits:
+        return ChunkBudget(tokens=tokens, itl_target_ms=28.0, step_ms=22.5, decode_batch=210,
+                           fits=False, basis="seed step times for H100-SXM-80GB fp8")
+    return ChunkBudget(tokens=tokens, itl_target_ms=50.0, step_ms=39.9, decode_batch=183,
+                       fits=fits, basis="seed step times for H100-SXM-80GB fp8")
+
+
+def test_budget_for_the_itl_objective_replaces_vllms_default(golden: Golden) -> None:
+    (seqs, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=_chunk(1792)))
+    assert (seqs, mnbt) == (256, 1792)
+    assert [(n.field, n.reason) for n in notes] == [
+        ("spec.engine.maxNumBatchedTokens", "ChunkedPrefillBudget")]
+    golden.check("engine", "batching-budget-for-itl", notes[0].message)
+
+
+def test_user_budget_wins_over_the_objectives(golden: Golden) -> None:
+    prefs = EnginePrefs(max_num_batched_tokens=4096)
+    (_, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=_chunk(1792)), prefs)
+    assert mnbt == 4096
+    assert notes == []
+
+
+def test_objective_budget_never_below_the_batch_limit() -> None:
+    # The reconciler plans with --max-num-seqs as the floor; the engine holds it anyway.
+    (seqs, mnbt, _), _ = _choose(H100, BatchBounds(max_seqs=1024, chunk=_chunk(512)))
+    assert (seqs, mnbt) == (1024, 1024)
+
+
+def test_objective_met_by_the_default_says_so(golden: Golden) -> None:
+    (_, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=_chunk(8192)))
+    assert mnbt == 8192
+    assert [n.reason for n in notes] == ["ChunkedPrefillBudget"]
+    golden.check("engine", "batching-budget-for-itl-default-suffices", notes[0].message)
+
+
+def test_objective_out_of_reach_of_the_budget_is_reported(golden: Golden) -> None:
+    (_, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=_chunk(512, False)))
+    assert mnbt == 512
+    assert [(n.field, n.reason) for n in notes] == [
+        ("spec.engine.maxNumBatchedTokens", "ChunkedPrefillBudget"),
+        ("spec.objectives.interTokenLatencyMs", "ITLOutOfChunkReach")]
+    golden.check("engine", "batching-budget-for-itl-smallest", notes[0].message)
+    golden.check("engine", "batching-itl-out-of-chunk-reach", notes[1].message)

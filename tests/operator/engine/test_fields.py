@@ -30,6 +30,7 @@ PATHS = [
     ("F_ALLOW_Q", "spec.allowQuantization", POLICY),
     ("F_MIN_BATCH", "spec.batching.minBatch", POLICY),
     ("F_MAX_BATCH", "spec.batching.maxBatch", POLICY),
+    ("F_ITL", "spec.objectives.interTokenLatencyMs", POLICY),
 ]
 
 

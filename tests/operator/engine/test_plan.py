@@ -19,6 +19,7 @@ from slo_operator.engine import (
     KV_CACHE_DTYPES,
     PRECISIONS,
     BatchBounds,
+    ChunkBudget,
     EngineError,
     EnginePlan,
     EnginePrefs,
@@ -621,6 +622,18 @@ def test_user_override_of_graph_sizes_and_equals_form() -> None:
     assert p.kv_cache_dtype == "auto"
     assert len(p.conflicts) == 2
     assert list(p.args).count("--cudagraph-capture-sizes") == 1
+
+
+def test_budget_for_the_objective_reaches_the_args_and_extra_args_still_win() -> None:
+    chunk = ChunkBudget(tokens=1792, itl_target_ms=50.0, step_ms=39.9, decode_batch=183)
+    planned = plan_engine(H100, 8, model(8), EnginePrefs(), BatchBounds(chunk=chunk))
+    assert arg(planned, "--max-num-batched-tokens") == "1792"
+    assert planned.max_num_batched_tokens == 1792
+    assert notes(planned, "ChunkedPrefillBudget")[0].startswith("1792 tokens per step")
+    user = plan_engine(H100, 8, model(8), extra("--max-num-batched-tokens=4k"),
+                       BatchBounds(chunk=chunk))
+    assert user.max_num_batched_tokens == 4000
+    assert [c.reason for c in user.conflicts] == ["UserOverride"]
 
 
 def test_user_tp_override_recomputes_estimates() -> None:

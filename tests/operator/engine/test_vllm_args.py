@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from slo_operator.engine import VllmArgSpec, validate, validate_extra_args
+from slo_operator.engine import VllmArgSpec, sets_option, validate, validate_extra_args
 from tests.support.golden import Golden
 from tests.support.paths import FIXTURES, REPO
 
@@ -145,3 +145,16 @@ def test_parse_groups_options(spec: VllmArgSpec) -> None:
         ("cudagraph_capture_sizes", ("1", "2"), 2, 5),
         ("tensor_parallel_size", ("4",), 5, 7),
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        pytest.param(["--max-num-batched-tokens", "4096"], True, id="long-flag"),
+        pytest.param(["--max_num_batched_tokens=4k"], True, id="underscores-and-equals"),
+        pytest.param(["--enforce-eager", "--max-num-seqs", "64"], False, id="other-options"),
+        pytest.param([], False, id="none"),
+    ],
+)
+def test_sets_option_finds_an_option_in_any_spelling(args: list[str], want: bool) -> None:
+    assert sets_option(args, "max_num_batched_tokens") is want

@@ -10,6 +10,7 @@ import pytest
 from slo_operator.api import conditions as C
 from slo_operator.api.models import InferenceServiceSpec, KvCacheDtype, Precision, SLOPolicySpec
 from slo_operator.engine import KV_CACHE_DTYPES, PRECISIONS
+from slo_operator.reconcile.chunking import CHANGE_INTERVAL_S, with_memory
 from slo_operator.reconcile.desired import (
     NodeInfo,
     Problem,
@@ -205,3 +206,95 @@ def test_live_limit_by_mode(mode: str, wanted: int | None, want: int) -> None:
     policy = SLOPolicySpec.model_validate({"batching": {"mode": mode, "minBatch": 8,
                                                         "maxBatch": 128}})
     assert live_limit(policy, 128, wanted) == want
+
+
+# ------------------------------------------------------------ the inter-token lever
+
+T0 = 1_767_225_600.0  # 2026-01-01
+H100_ONLY = {"gpuProducts": ["H100"]}
+
+
+def itl_policy(itl: int | None) -> SLOPolicySpec:
+    objectives = {} if itl is None else {"interTokenLatencyMs": itl}
+    return SLOPolicySpec.model_validate({"objectives": objectives})
+
+
+def planned(policy: SLOPolicySpec, control: dict[str, Any] | None = None,
+            now: float | None = T0, **spec: Any) -> ServicePlan:
+    got = plan_service(name="svc", namespace="ns", uid="u",
+                       spec=make_spec(hardware=H100_ONLY, **spec), policy=policy,
+                       policy_name="", pools=discover_pools(FLEET), nodes=FLEET, replicas=1,
+                       control=control, now=now)
+    assert isinstance(got, ServicePlan), got
+    return got
+
+
+def budget(p: ServicePlan) -> int:
+    args = list(p.engine.args)
+    return int(args[len(args) - 1 - args[::-1].index("--max-num-batched-tokens") + 1])
+
+
+def test_itl_objective_sets_the_budget_its_longest_step_keeps() -> None:
+    loose, tight = planned(itl_policy(50)), planned(itl_policy(25))
+    for p, itl in ((loose, 50), (tight, 25)):
+        (mem,) = p.chunk_memory.values()
+        assert budget(p) == p.engine.max_num_batched_tokens == mem.tokens
+        # 80 % of the objective for the percentile (control.capacity.LATENCY_MARGIN).
+        assert mem.step_ms <= 0.8 * itl
+        assert [n.reason for n in p.engine.notes if n.field.endswith("BatchedTokens")] == [
+            "ChunkedPrefillBudget"]
+    assert budget(tight) < budget(loose) < 8192
+
+
+def test_without_an_itl_objective_the_budget_is_vllms_default() -> None:
+    p = planned(itl_policy(None))
+    assert budget(p) == 8192
+    assert p.chunk_memory == {} and p.chunk_changes == ()
+
+
+@pytest.mark.parametrize(
+    ("engine", "want"),
+    [
+        pytest.param({"maxNumBatchedTokens": 6000}, 6000, id="spec-field"),
+        pytest.param({"extraArgs": ["--max-num-batched-tokens", "3000"]}, 3000,
+                     id="extra-args"),
+    ],
+)
+def test_a_user_budget_wins_over_the_objective(engine: dict[str, Any], want: int) -> None:
+    p = planned(itl_policy(25), engine=engine)
+    assert budget(p) == p.engine.max_num_batched_tokens == want
+    assert p.chunk_memory == {}
+
+
+def _control(p: ServicePlan, **state: Any) -> dict[str, Any]:
+    """status.control as the reconciler writes it after plan ``p``."""
+    out = with_memory({"state": state} if state else None, p.chunk_memory)
+    assert out is not None
+    return out
+
+
+def test_an_objective_edit_moves_the_budget_at_once() -> None:
+    first = planned(itl_policy(50))
+    edited = planned(itl_policy(25), _control(first), now=T0 + 60)
+    assert budget(edited) < budget(first)
+    (moved,) = edited.chunk_changes
+    assert (moved.old, moved.new) == (budget(first), budget(edited))
+    assert moved.why == "interTokenLatencyMs changed from 50 to 25 ms"
+    # Removing the objective returns to vLLM's default, also at once.
+    removed = planned(itl_policy(None), _control(edited), now=T0 + 120)
+    assert budget(removed) == 8192
+    assert [(c.old, c.new) for c in removed.chunk_changes] == [(budget(edited), 8192)]
+
+
+def test_learnt_speed_moves_the_budget_only_after_the_rate_limit() -> None:
+    first = planned(itl_policy(50))
+    slow = {"speed": 0.7, "speedKey": "H100-SXM-80GB/fp8", "speedSamples": 12}
+    control = _control(first, **slow)
+    held = planned(itl_policy(50), control, now=T0 + CHANGE_INTERVAL_S - 1)
+    assert budget(held) == budget(first)
+    assert held.chunk_changes == ()
+    assert held.engine.notes == first.engine.notes  # nothing to rewrite in status
+    moved = planned(itl_policy(50), control, now=T0 + CHANGE_INTERVAL_S)
+    assert budget(moved) < budget(first)
+    (change,) = moved.chunk_changes
+    assert change.why.startswith("re-planned from step times learnt on H100-SXM-80GB fp8")

@@ -23,6 +23,7 @@ from slo_operator.control import ControlState
 from slo_operator.control import reasons as R
 from slo_operator.reconcile import planner
 from slo_operator.reconcile.actions import Apply, PatchStatus, PostEvent, describe
+from slo_operator.reconcile.chunking import CHUNK_BUDGET_CHANGED, MEMORY_KEY
 from slo_operator.reconcile.loop import (
     fill,
     law_decided,
@@ -430,3 +431,57 @@ def test_only_time_moved_in_an_idle_memory() -> None:
                     moved.evolve(last_waiting=3.0),
                     moved.evolve(last_good_replicas=2)):
         assert not same_memory(written, changed, policy, later, idle=True)
+
+
+# ------------------------------------------------------------ the inter-token lever
+
+
+def itl_snapshot(itl: int) -> Snapshot:
+    policy = make_policy(scaling={"minReplicas": 2, "maxReplicas": 2},
+                         objectives={"interTokenLatencyMs": itl})
+    return make_snapshot(policies=(policy,), dep=READY_DEP, pods=RUNNING)
+
+
+def chunk_events(plan: ReconcilePlan) -> list[str]:
+    return [a.message for a in plan.actions
+            if isinstance(a, PostEvent) and a.reason == CHUNK_BUDGET_CHANGED]
+
+
+def test_an_objective_edit_rolls_the_deployment_and_says_so() -> None:
+    # A running service whose policy gains an objective: its budget leaves vLLM's default.
+    first = plan_reconcile(make_isvc(), itl_snapshot(50), NOW, Settings())
+    kept = first.status["control"][MEMORY_KEY][VARIANT]
+    assert kept["itlMs"] == 50 and kept["tokens"] < 8192
+    assert chunk_events(first) == [
+        f"Chunked-prefill budget of variant {VARIANT} changed from 8192 to {kept['tokens']} "
+        "tokens (--max-num-batched-tokens; a rolling update): interTokenLatencyMs set to 50 ms"]
+    # The policy is edited: the new budget at once, in the Deployment, status and an Event.
+    body = make_isvc(status=dict(first.status))
+    edited = plan_reconcile(body, itl_snapshot(25), LATER, Settings(), applied_after(first))
+    now_kept = edited.status["control"][MEMORY_KEY][VARIANT]
+    assert now_kept["tokens"] < kept["tokens"]
+    assert DEPLOYMENT in [describe(a).split()[-1] for a in edited.actions
+                          if isinstance(a, Apply)]
+    (event,) = chunk_events(edited)
+    assert event.endswith("interTokenLatencyMs changed from 50 to 25 ms")
+    args = edited.status["engineArgs"]
+    assert args[args.index("--max-num-batched-tokens") + 1] == str(now_kept["tokens"])
+    # Nothing changed since: no write, no Event.
+    cache = applied_after(first)
+    for action in edited.actions:
+        if isinstance(action, Apply):
+            cache.remember(action.obj, LATER.timestamp())
+    again = plan_reconcile(make_isvc(status=dict(edited.status)), itl_snapshot(25), PASS,
+                           Settings(), cache)
+    assert again.actions == ()
+
+
+def test_the_slo_pass_keeps_the_budget_beside_the_laws_memory() -> None:
+    first = plan_reconcile(make_isvc(), itl_snapshot(50), NOW, Settings())
+    body = make_isvc(status=dict(first.status))
+    update = slo_pass(LATER, memory_changed=True)
+    plan = plan_reconcile(body, itl_snapshot(50), LATER, Settings(), applied_after(first), update)
+    control = plan.status["control"]
+    assert set(control) == {"state", "slo", MEMORY_KEY}
+    assert control[MEMORY_KEY] == first.status["control"][MEMORY_KEY]
+    assert chunk_events(plan) == []

@@ -25,6 +25,7 @@ from slo_operator.slo.promql import (
     plan_windows,
     regex_value,
 )
+from slo_runtime import contract as c
 from tests.support.paths import REPO
 from tests.support.tools import promtool
 
@@ -88,9 +89,45 @@ def test_range_queries_list_windows_shortest_first() -> None:
     plan = build_queries([300, 5, 60, 300])
     assert plan.windows == {300: "300s", 5: "5s", 60: "60s"}
     for q in plan.queries:
-        if q.name in ("e2e", "ttft", "itl", "decode", "throughput"):
+        if q.name in ("e2e", "ttft", "itl", "decode", "throughput", "burst"):
             at = [q.expr.index(f'"window", "{w}"') for w in ("5s", "60s", "300s")]
             assert at == sorted(at), q.name
+
+
+def test_throughput_reads_arrivals_and_the_prefix_cache_by_their_contract_names() -> None:
+    by = {q.name: q.expr for q in build_queries([60]).queries}
+    for signal, name in (("arrivals", c.GATEWAY_ARRIVALS + c.COUNTER_SUFFIX),
+                         ("prefix_queries", c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX),
+                         ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX)):
+        assert (f"rate({name}{{namespace!=\"\", service!=\"\"}}[60s])), \"window\", "
+                f"\"60s\", \"\", \"\"), \"signal\", \"{signal}\"") in by["throughput"]
+
+
+@pytest.mark.parametrize(("scrape", "short", "step"), [
+    pytest.param(15, "30s", "15s", id="chart-default-scrape"),
+    pytest.param(1, "2s", "1s", id="one-second-scrape"),
+    pytest.param(0.5, "2s", "1s", id="sub-second-scrape-reads-whole-seconds"),
+])
+def test_burst_steps_one_scrape_over_two_scrape_rates_in_every_window(
+        scrape: float, short: str, step: str) -> None:
+    """Each step's rate spans two scrapes (the two samples rate() needs) and the steps are
+    one scrape apart, so every increase between consecutive scrapes is seen by a step."""
+    plan = build_queries([60, 300, 5], scrape_interval_s=scrape)
+    burst = {q.name: q.expr for q in plan.queries}["burst"]
+    inner = (f'sum by (namespace, service) (rate({c.GATEWAY_ARRIVALS}_total'
+             f'{{namespace!="", service!=""}}[{short}]))')
+    assert burst.count(inner) == 3
+    for w in ("60s", "300s"):
+        assert f'max_over_time({inner}[{w}:{step}]), "window", "{w}"' in burst
+    # A window shorter than a step still covers one step.
+    five = f"[{max(5, int(step[:-1]))}s:{step}]"
+    assert f'max_over_time({inner}{five}), "window", "5s"' in burst
+
+
+def test_the_default_burst_step_is_the_charts_scrape_interval() -> None:
+    values = yaml.safe_load((REPO / "charts" / "slo-operator" / "values.yaml").read_text())
+    assert duration(promql.SCRAPE_INTERVAL_S) == values["podMonitor"]["interval"]
+    assert build_queries([60]) == build_queries([60], scrape_interval_s=promql.SCRAPE_INTERVAL_S)
 
 
 # --- windows --------------------------------------------------------------------------------
@@ -192,14 +229,17 @@ def test_every_query_parses_in_promtool_with_many_windows_and_hostile_scopes(
     assert f"{len(rules)} rules found" in out
 
 
-def series(name: str, labels: dict[str, str], per_step: float) -> dict[str, str]:
+def series(name: str, labels: dict[str, str], per_step: float,
+           values: str | None = None) -> dict[str, str]:
     body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return {"series": f"{name}{{{body}}}", "values": f"0+{per_step}x40"}
+    return {"series": f"{name}{{{body}}}", "values": values or f"0+{per_step}x40"}
 
 
 def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) -> None:
-    """Two pods of one service (gateway and engine views), one pod of another service;
-    counters grow at fixed rates every 15 s, so each expected rate is exact."""
+    """Two pods of one service (gateway and engine views), one pod of another service
+    without the gateway; counters grow at fixed rates every 15 s, so each expected rate is
+    exact. Pod s-0's arrivals jump by 60 between 450 s and 465 s (4/s for one scrape
+    interval), the burst the ``burst`` query must find inside the 60 s window."""
     a0 = {"namespace": "a", "service": "s", "pod": "s-0", "tenant": "a"}
     a1 = {**a0, "pod": "s-1"}
     b0 = {"namespace": "b", "service": "t", "pod": "t-0", "tenant": "b"}
@@ -215,6 +255,14 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
                               "finished_reason": "length"}, 15))
         inputs.append(series("vllm:num_requests_running",
                              {**pod, "engine": "0", "model_name": "m"}, 0))
+        engine = {**pod, "engine": "0", "model_name": "m"}
+        inputs.append(series("vllm:prefix_cache_queries_total", engine, 1500))  # 100/s
+        inputs.append(series("vllm:prefix_cache_hits_total", engine, 375))  # 25/s
+    arrivals = "slo_gateway_arrivals_total"
+    inputs.append(series(arrivals, {**a1, "exported_tenant": "x"}, 15))  # 1/s
+    # 1/s up to 450 s, +60 by 465 s, then 1/s again.
+    inputs.append(series(arrivals, {**a0, "exported_tenant": "x"}, 0, "0+15x30 510+15x10"))
+    inputs.append(series(arrivals, {**a0, "exported_tenant": "y"}, 0))  # a tenant at rest
     inputs.append(series("vllm:e2e_request_latency_seconds_bucket",
                          {**b0, "le": "+Inf", "engine": "0", "model_name": "m"}, 30))
     inputs.append(series("vllm:request_success_total",
@@ -239,7 +287,17 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
             {"expr": q["e2e"], "eval_time": "8m", "exp_samples": e2e},
             {"expr": q["throughput"], "eval_time": "8m", "exp_samples": [
                 sample({**a, **w, "signal": "requests"}, 2),
-                sample({**b, **w, "signal": "requests"}, 2)]},
+                sample({**b, **w, "signal": "requests"}, 2),
+                # Samples at 435..480 s: s-0 rose 90 over 45 s, extrapolated to 60 s (2/s).
+                sample({**a, **w, "signal": "arrivals"}, 2 + 1),
+                sample({**a, **w, "signal": "prefix_queries"}, 200),
+                sample({**a, **w, "signal": "prefix_hits"}, 50)]},
+            # Steps at 435, 450, 465 and 480 s; the one at 465 s holds the jump: 4 + 1.
+            {"expr": q["burst"], "eval_time": "8m", "exp_samples": [
+                sample({**a, **w}, 4 + 1)]},
+            # Before the jump the highest step rate is the steady 1 + 1.
+            {"expr": q["burst"], "eval_time": "7m30s", "exp_samples": [
+                sample({**a, **w}, 1 + 1)]},
             {"expr": q["running"], "eval_time": "8m", "exp_samples": [
                 sample({**a, "stat": "sum"}, 0), sample({**a, "stat": "pods"}, 2),
                 sample({**a, "stat": "newest"}, 480)]},

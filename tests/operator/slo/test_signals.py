@@ -54,6 +54,7 @@ def healthy(key: ServiceKey = SVC, window: str = "60s", newest: float = NOW - 5,
                        row(5000, key=key, signal="prompt_tokens", window=window),
                        row(2000, key=key, signal="generation_tokens", window=window),
                        row(0, key=key, signal="preemptions", window=window)],
+        "burst": [],
         "waiting": [row(2, key=key, source="engine"), row(3, key=key, source="gateway")],
         "running": [row(40, key=key, stat="sum"), row(2, key=key, stat="pods"),
                     row(newest, key=key, stat="newest")],
@@ -74,6 +75,7 @@ def minimal(newest: float | None = NOW - 5, rate: float = 10.0) -> dict[str, Any
         "itl": hist((2.0, 10.0, 10.0, 10.0), "engine", bounds=ITL_BOUNDS, ts=t),
         "decode": [],
         "throughput": [row(rate, ts=t, signal="requests", window="60s")],
+        "burst": [],
         "waiting": [row(0, ts=t, source="engine")],
         "running": running,
         "kv": [],
@@ -243,6 +245,91 @@ def test_token_and_preemption_rates_are_read_per_signal() -> None:
         5000.0, 2000.0, 0.5)
 
 
+def test_arrival_rate_and_peak_come_from_the_gateway_per_window() -> None:
+    results = minimal()
+    results["throughput"] += [row(12.0, signal="arrivals", window="60s"),
+                              row(99.0, signal="arrivals", window="300s")]
+    results["burst"] = [row(30.0, window="60s"), row(180.0, window="300s")]
+    got = parse(results)
+    assert got.state == MetricsState.OK
+    assert (got.arrival_rate, got.arrival_peak_rate) == (12.0, 30.0)
+    at_300 = parse(results, SignalSpec(window_s=300))
+    assert (at_300.arrival_rate, at_300.arrival_peak_rate) == (99.0, 180.0)
+
+
+def test_without_gateway_arrivals_demand_from_arrivals_is_not_observed() -> None:
+    """Pods without the gateway: no arrival series, so no arrival rate or peak (never 0),
+    and the service is still OK on vLLM's completions."""
+    got = parse(minimal())
+    assert got.state == MetricsState.OK
+    assert got.arrival_rate is None and got.arrival_peak_rate is None
+    assert got.request_rate == 10.0
+
+
+@pytest.mark.parametrize(("peak", "mean", "want"), [
+    pytest.param(30.0, 12.0, 30.0, id="peak-above-mean"),
+    pytest.param(11.5, 12.0, 12.0, id="peak-below-mean-is-the-mean"),
+    pytest.param(30.0, None, 30.0, id="peak-without-mean"),
+    pytest.param("NaN", 12.0, None, id="nan-peak-is-not-observed"),
+])
+def test_arrival_peak_is_never_below_the_window_mean(peak: Any, mean: float | None,
+                                                     want: float | None) -> None:
+    results = minimal()
+    if mean is not None:
+        results["throughput"].append(row(mean, signal="arrivals", window="60s"))
+    results["burst"] = [row(peak, window="60s")]
+    assert parse(results).arrival_peak_rate == want
+
+
+@pytest.mark.parametrize(("hits", "queries", "want"), [
+    pytest.param(250.0, 1000.0, 0.25, id="share-of-prompt-tokens"),
+    pytest.param(0.0, 1000.0, 0.0, id="no-hits"),
+    pytest.param(1003.0, 1000.0, 1.0, id="overshoot-is-capped"),
+    pytest.param(0.0, 0.0, None, id="nothing-looked-up"),
+    pytest.param(None, 1000.0, None, id="hits-missing"),
+    pytest.param(5.0, None, None, id="queries-missing"),
+    pytest.param(5.0, "+Inf", None, id="infinite-queries"),
+])
+def test_prefix_hit_share_is_hits_over_lookups(hits: float | None, queries: Any,
+                                               want: float | None) -> None:
+    results = minimal()
+    if hits is not None:
+        results["throughput"].append(row(hits, signal="prefix_hits", window="60s"))
+    if queries is not None:
+        results["throughput"].append(row(queries, signal="prefix_queries", window="60s"))
+    results["throughput"].append(row(1.0, signal="prefix_hits", window="300s"))
+    got = parse(results).prefix_hit_share
+    assert got == (pytest.approx(want) if want is not None else None)
+
+
+def test_decode_mean_is_the_sum_rate_over_the_count_rate_of_the_chosen_source() -> None:
+    """4 per-request observations per second summing to 0.1 s/s: 25 ms each on average;
+    the per-token fallback is not read while the per-request source has samples."""
+    decode = [row(0.1, le="sum", source="request", window="60s")]
+    decode += hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS)
+    decode += [row(9.0, le="sum", source="token", window="60s")]
+    decode += hist((1.0, 1.0, 1.0, 1.0), "token", bounds=DECODE_BOUNDS)
+    got = parse({**minimal(), "decode": decode})
+    assert got.decode_mean_ms == pytest.approx(25.0)
+    # Without per-request samples, the per-token histogram is the source.
+    fallback = hist((0, 0, 0, 0), "request", bounds=DECODE_BOUNDS)
+    fallback += [row(0.03, le="sum", source="token", window="60s")]
+    fallback += hist((1.0, 1.0, 1.0, 2.0), "token", bounds=DECODE_BOUNDS)
+    assert parse({**minimal(), "decode": fallback}).decode_mean_ms == pytest.approx(15.0)
+
+
+@pytest.mark.parametrize("decode", [
+    pytest.param([], id="no-histogram"),
+    pytest.param(hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS), id="no-sum"),
+    pytest.param([row("NaN", le="sum", source="request", window="60s")]
+                 + hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS), id="nan-sum"),
+    pytest.param([row(0.1, le="sum", source="request", window="60s")]
+                 + hist((0, 0, 0, 0), "request", bounds=DECODE_BOUNDS), id="no-requests"),
+])
+def test_decode_mean_is_not_observed_without_a_sum_and_a_count(decode: list[Any]) -> None:
+    assert parse({**minimal(), "decode": decode}).decode_mean_ms is None
+
+
 # --- many services, hostile and long names ----------------------------------------------------
 
 
@@ -273,7 +360,8 @@ def test_long_names_are_found_under_their_pod_label_value() -> None:
 
 
 label = st.sampled_from(["a", "b", "s", "t", "", "60s", "gateway", "engine", "legacy",
-                         "requests", "sum", "pods", "newest", "+Inf", "0.5", "1.0", "x"])
+                         "requests", "arrivals", "prefix_hits", "prefix_queries", "request",
+                         "token", "sum", "pods", "newest", "+Inf", "0.5", "1.0", "x"])
 value = st.one_of(st.sampled_from(["NaN", "+Inf", "-Inf", "", "abc"]),
                   st.floats(allow_nan=True, allow_infinity=True).map(str),
                   st.integers(-5, 10**6).map(str))
@@ -295,8 +383,10 @@ def test_garbage_in_typed_state_out(results: dict[str, Any]) -> None:
     assert set(got) == set(keys)
     for s in got.values():
         for v in (s.e2e_ms, s.ttft_ms, s.itl_ms, s.jitter, s.request_rate, s.waiting,
-                  s.running, s.kv_usage):
+                  s.running, s.kv_usage, s.arrival_rate, s.arrival_peak_rate,
+                  s.decode_mean_ms):
             assert v is None or math.isfinite(v)
+        assert s.prefix_hit_share is None or 0.0 <= s.prefix_hit_share <= 1.0
         assert s.message
 
 

@@ -1,0 +1,170 @@
+"""The inter-token lever's memory: when a kept chunked-prefill budget moves, and why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from slo_operator.api.models import Objectives
+from slo_operator.control.capacity import StepTimes, chunk_budget_for_itl
+from slo_operator.control.state import ControlState
+from slo_operator.reconcile.chunking import (
+    CHANGE_INTERVAL_S,
+    CHUNK_BUDGET_CHANGED,
+    MEMORY_KEY,
+    ChunkMemory,
+    change,
+    choose,
+    chunk_events,
+    decode_batch,
+    read_memory,
+    step_times,
+    with_memory,
+)
+from tests.support.golden import Golden
+
+T0 = 1_767_225_600.0  # 2026-01-01
+ENGINE = "fp8 tp1 seqs256"
+# One decoding sequence and 10 ms of fixed step cost: at 50 ms (40 ms planned) the room
+# is 30 ms, i.e. 3000 prompt tokens at 0.01 ms each -> 2816 on the 256-token grid, and
+# 2560 when planned with 10 % to spare (45 ms -> 36 ms planned, 26 ms of room).
+SEED = StepTimes(10.0, 0.0, 0.01)
+FASTER = StepTimes(10.0, 0.0, 0.008)  # 3584 at the objective, 3072 with the slack
+SLOWER = StepTimes(10.0, 0.0, 0.012)  # 2304 at the objective
+
+
+def pick(st: StepTimes, held: ChunkMemory | None, now: float | None, itl: float = 50.0,
+         engine: str = ENGINE, floor: int = 256) -> ChunkMemory:
+    return choose(st=st, source="seed step times for H100-SXM-80GB fp8", itl_ms=itl, batch=1,
+                  default=8192, floor=floor, engine=engine, held=held, now=now)
+
+
+HELD = replace(pick(SEED, None, T0), tokens=2560)  # chosen earlier, at a slower estimate
+
+
+def test_a_first_budget_is_the_objectives_at_once() -> None:
+    got = pick(SEED, None, T0)
+    assert (got.tokens, got.fits) == chunk_budget_for_itl(SEED, 50.0, 1, default=8192,
+                                                          floor=256)
+    assert (got.tokens, got.itl_ms, got.time, got.engine) == (2816, 50.0, T0, ENGINE)
+    assert got.step_ms == round(SEED.step_ms(1, 2815), 2)
+
+
+@pytest.mark.parametrize(
+    ("st", "after", "want"),
+    [
+        pytest.param(SLOWER, CHANGE_INTERVAL_S - 1, 2560, id="lower-waits-for-the-interval"),
+        pytest.param(SLOWER, CHANGE_INTERVAL_S, 2304, id="lower-after-the-interval"),
+        pytest.param(FASTER, CHANGE_INTERVAL_S - 1, 2560, id="raise-waits-for-the-interval"),
+        pytest.param(FASTER, CHANGE_INTERVAL_S, 3072, id="raise-lands-with-slack-to-spare"),
+        # One grid step up at the objective, none with the slack: the band holds it.
+        pytest.param(SEED, 10 * CHANGE_INTERVAL_S, 2560, id="one-step-drift-up-held"),
+    ],
+)
+def test_drift_moves_the_budget_at_most_once_an_interval_across_the_band(
+        st: StepTimes, after: float, want: int) -> None:
+    got = pick(st, HELD, T0 + after)
+    assert got.tokens == want
+    assert got.time == (T0 if want == HELD.tokens else T0 + after)
+
+
+def test_a_budget_raised_with_slack_is_not_lowered_by_the_estimate_it_was_raised_at() -> None:
+    raised = pick(FASTER, HELD, T0 + CHANGE_INTERVAL_S)
+    again = pick(FASTER, raised, T0 + 3 * CHANGE_INTERVAL_S)
+    assert again == raised
+
+
+@pytest.mark.parametrize(
+    ("kw", "want_tokens"),
+    [
+        pytest.param({"itl": 30.0}, 1280, id="objective-changed"),
+        pytest.param({"engine": "bf16 tp1 seqs256"}, 2816, id="engine-settings-changed"),
+        pytest.param({"floor": 3000}, 3000, id="kept-budget-below-max-num-seqs"),
+    ],
+)
+def test_a_new_objective_or_engine_moves_the_budget_at_once(kw: dict[str, float | str],
+                                                             want_tokens: int) -> None:
+    got = pick(SEED, HELD, T0 + 1, **kw)  # type: ignore[arg-type]
+    assert (got.tokens, got.time) == (want_tokens, T0 + 1)
+
+
+def test_without_a_clock_a_kept_budget_only_follows_the_objective() -> None:
+    assert pick(SLOWER, HELD, None) == HELD
+    assert pick(SEED, HELD, None, itl=30.0).tokens == 1280
+
+
+def test_memory_round_trips_through_status_beside_the_laws() -> None:
+    control = {"state": {"v": 1, "speed": 0.9}, "slo": {"runs": "g1"}}
+    kept = with_memory(control, {"h100": HELD})
+    assert kept is not None and kept["state"] == control["state"]
+    assert read_memory(kept) == {"h100": HELD}
+    assert with_memory(kept, {}) == control
+    assert with_memory(None, {}) is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param("garbage", id="not-a-map"),
+        pytest.param({"tokens": "many", "itlMs": 50, "time": T0}, id="tokens-not-a-number"),
+        pytest.param({"tokens": 2048, "time": T0}, id="no-objective"),
+        pytest.param({"tokens": 0, "itlMs": 50, "time": T0}, id="no-budget"),
+    ],
+)
+def test_an_unreadable_kept_budget_is_chosen_afresh(raw: object) -> None:
+    assert read_memory({MEMORY_KEY: {"h100": raw}}) == {}
+
+
+def test_learnt_speed_is_used_only_where_the_law_learnt_it() -> None:
+    seed, source = step_times(8.0, "fp8", "H100-SXM-80GB", 1, ControlState())
+    learnt = ControlState(speed=0.5, speed_key="H100-SXM-80GB/fp8", speed_samples=3)
+    st, learnt_source = step_times(8.0, "fp8", "H100-SXM-80GB", 1, learnt)
+    assert st.prefill_ms_per_token == pytest.approx(2 * seed.prefill_ms_per_token)
+    assert (source, learnt_source) == (
+        "seed step times for H100-SXM-80GB fp8",
+        "step times learnt on H100-SXM-80GB fp8: speed 0.50 of the seed")
+    # Learnt on another precision, or not yet from any sample: the seed.
+    for other in (replace(learnt, speed_key="H100-SXM-80GB/bf16"),
+                  replace(learnt, speed_samples=0)):
+        assert step_times(8.0, "fp8", "H100-SXM-80GB", 1, other)[0] == seed
+    # Tensor parallelism shortens the seed's steps.
+    tp2, _ = step_times(8.0, "fp8", "H100-SXM-80GB", 2, ControlState())
+    assert tp2.base_ms < seed.base_ms
+
+
+def test_decode_batch_is_the_feasible_batch_capped_at_max_num_seqs() -> None:
+    st, _ = step_times(8.0, "fp8", "H100-SXM-80GB", 1, ControlState())
+    tight = decode_batch(st, Objectives(inter_token_latency_ms=30), ControlState(), 1, 256)
+    loose = decode_batch(st, Objectives(e2e_latency_ms=60_000, ttft_ms=5000,
+                                        inter_token_latency_ms=500), ControlState(), 1, 256)
+    assert 1 <= tight < loose == 256
+
+
+def test_events_only_for_moves_of_running_variants(golden: Golden) -> None:
+    new = replace(HELD, tokens=1792, itl_ms=30.0)
+    moves = [change("h100", HELD, new, 2560, 1792, user_set=False),
+             change("a100", None, new, 2048, 1792, user_set=False)]
+    assert change("l4", HELD, HELD, 2560, 2560, user_set=False) is None
+    events = chunk_events([m for m in moves if m is not None], running=["h100"])
+    assert [(e.type, e.reason) for e in events] == [("Normal", CHUNK_BUDGET_CHANGED)]
+    golden.check("engine", "chunk-event-objective-changed", events[0].message)
+
+
+@pytest.mark.parametrize(
+    ("held", "kept", "user_set"),
+    [
+        pytest.param(None, "kept", False, id="objective-set"),
+        pytest.param(HELD, None, False, id="objective-removed"),
+        pytest.param(HELD, None, True, id="user-set-the-budget"),
+        pytest.param(HELD, "engine", False, id="engine-settings-changed"),
+        pytest.param(HELD, "drift", False, id="re-planned"),
+    ],
+)
+def test_each_move_says_why(held: ChunkMemory | None, kept: str | None, user_set: bool,
+                            golden: Golden, request: pytest.FixtureRequest) -> None:
+    new = {"kept": HELD, "engine": replace(HELD, engine="bf16 tp1 seqs256"),
+           "drift": replace(HELD, tokens=2304, step_ms=39.5)}.get(kept or "")
+    moved = change("h100", held, new, 2560 if held else 8192, 2304, user_set)
+    assert moved is not None
+    golden.check("engine", f"chunk-why-{request.node.callspec.id}", moved.why)
