@@ -46,7 +46,12 @@ TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "
 @click.command()
 @click.option("--trace", "traces", multiple=True, default=("azure-code,azure-conv",),
               show_default=True,
-              help="Workload: azure-code,azure-conv | servegen-day | ramp (repeatable).")
+              help="Workload: azure-code,azure-conv | servegen-day | ramp | long-context | "
+                   "tight-itl (repeatable).")
+@click.option("--fleet", "fleets", multiple=True,
+              help="Fleet the replicas really are, whatever the operator believes: x1.0 | "
+                   "x0.7 | x1.3 | ctx-x2 (repeatable; default: x1.0 for every target set "
+                   "and the mismatched ones for strict targets).")
 @click.option("--targets", type=click.Choice(["strict", "loose", "both"]), default="both",
               show_default=True, help="Objective set(s) to judge windows by.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
@@ -94,8 +99,9 @@ TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "
 @click.option("--lengths", metavar="TRACE",
               help="--rate-file: shipped trace whose (prompt, output) pairs are drawn: "
                    "azure-conv (default) or azure-code.")
-def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int,
-          scenario: str, trace_file: Path | None, rate_file: Path | None, rate_scale: float,
+def bench(traces: tuple[str, ...], fleets: tuple[str, ...], targets: str, out: Path, seed: int,
+          jobs: int, scenario: str, trace_file: Path | None, rate_file: Path | None,
+          rate_scale: float,
           objectives: str | None, gpu: str | None, model: str | None,
           max_replicas: int | None, max_model_len: int | None, time_unit: str,
           rate_interval: float | None, cv: float | None, lengths: str | None) -> None:
@@ -125,7 +131,7 @@ def bench(traces: tuple[str, ...], targets: str, out: Path, seed: int, jobs: int
             if scenario == "mixed-fleet":
                 path = run_fleet(sets, out, seed)
             else:
-                path = run_bench(list(traces), sets, out, seed, jobs)
+                path = run_bench(list(traces), sets, out, seed, jobs, list(fleets) or None)
     except ValueError as err:
         raise InputError(str(err)) from err
     click.echo(f"Wrote {path}")

@@ -365,18 +365,34 @@ def _chunk_pass_ms(dec: Decoder, chunk: int, tokens: int, st: Settings,
     """Median time of each ``chunk``-token chunk of one ``tokens``-long prompt prefilled
     chunk by chunk (chunk i starts after ``i * chunk`` cached tokens).
 
-    Eager launches: a chunk of 2048 or more tokens keeps the device busy far longer than
-    the host takes to launch the next, so no graph is needed to hide the launches.
+    On a GPU every chunk is replayed from a CUDA graph of its own (all graphs share one
+    memory pool and are replayed in capture order, as PyTorch requires for sharing):
+    eager launches would time the host at small chunks in FP8, as for ``prefill_ms``.
     """
     ks, vs = new_kv_cache(dec.shape, 1, tokens - 1, device=dec.device, dtype=dec.dtype)
     x = torch.randn(chunk, dec.shape.hidden_size, device=dec.device, dtype=dec.dtype)
-    starts = range(0, tokens - chunk + 1, chunk)
-    # Warm-up: the first chunk (plain causal) and a later one (bottom-right causal).
-    for start in starts[:2]:
-        prefill_chunk(dec, x, ks, vs, start)
-    timer.sync()
     fns: list[Callable[[], object]] = [
-        functools.partial(prefill_chunk, dec, x, ks, vs, start) for start in starts]
+        functools.partial(prefill_chunk, dec, x, ks, vs, start)
+        for start in range(0, tokens - chunk + 1, chunk)]
+    if dec.device.type == "cuda" and st.use_graphs:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            # The first chunk (plain causal) and a later one (bottom-right causal) run
+            # eagerly first: the fused kernels compile outside the captures.
+            for fn in fns[:2]:
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graphs: list[torch.cuda.CUDAGraph] = []
+        for fn in fns:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=graphs[0].pool() if graphs else None):
+                fn()
+            graphs.append(g)
+        fns = [g.replay for g in graphs]
+    for fn in fns[:2]:
+        fn()
+    timer.sync()
     return timer.sequence_ms(fns, st.chunk_passes)
 
 

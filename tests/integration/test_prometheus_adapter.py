@@ -79,7 +79,7 @@ def exporter() -> Iterator[tuple[Exporter, str]]:
     exp = Exporter()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             body = exp.text().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -205,3 +205,110 @@ def test_profile_scales_a_partial_depth_run_to_the_full_model(tmp_path) -> None:
     assert p["decode_ms"]["bf16"]["1"] == pytest.approx(head + (raw - head) * 2)
     assert any("2 of 4 layers" in n for n in p["notes"])
     assert p["fp8_recommended"] is False
+
+
+# --- long context: chunked prefill after cached context, split-KV decode -------------------------
+def test_chunked_prefill_computes_the_full_prefill() -> None:
+    torch = pytest.importorskip("torch")
+    from slo_runtime.decoder import Decoder, new_kv_cache
+    from slo_runtime.profile import prefill_chunk
+
+    shape = ModelShape.from_config(TINY_CFG, "tiny")
+    dec = Decoder.build(shape, dtype=torch.float32, seed=7)
+    n, chunk = 48, 16
+    x = torch.randn(n, shape.hidden_size)
+    want, kvs = dec.prefill(x, return_kv=True)
+    ks, vs = new_kv_cache(shape, 1, n - 1, device="cpu", dtype=torch.float32)
+    for start in range(0, n, chunk):
+        got = prefill_chunk(dec, x[start:start + chunk], ks, vs, start)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+    # Every chunk wrote its K/V where the full prefill has them.
+    for li, (k, v) in enumerate(kvs):
+        assert torch.allclose(ks[li][0, :, :n], k, atol=1e-5)
+        assert torch.allclose(vs[li][0, :, :n], v, atol=1e-5)
+    # A last chunk that ignored the cached context (attention from position 0) differs.
+    ks0, vs0 = new_kv_cache(shape, 1, n - 1, device="cpu", dtype=torch.float32)
+    alone = prefill_chunk(dec, x[n - chunk:], ks0, vs0, 0)
+    assert float((alone - want).norm() / want.norm()) > 1e-2
+
+
+@pytest.mark.parametrize(("keys", "splits"), [(37, 3), (40, 4), (5, 8), (100, 1)],
+                         ids=["remainder", "even", "shorter-than-splits", "one-split"])
+def test_split_kv_attention_is_attention(keys: int, splits: int) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from slo_runtime.profile import split_kv_attention
+
+    q = torch.randn(2, 2, 3, 16)
+    kc, vc = torch.randn(3, 2, keys + 4, 16), torch.randn(3, 2, keys + 4, 16)
+    k, v = kc[:2, :, :keys], vc[:2, :, :keys]       # slices of a larger cache, as in decode
+    want = F.scaled_dot_product_attention(q, k, v)
+    got = split_kv_attention(q, k, v, splits)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_split_kv_decode_step_equals_the_decode_step() -> None:
+    torch = pytest.importorskip("torch")
+    from slo_runtime.decoder import Decoder, new_kv_cache
+    from slo_runtime.profile import MIN_KV_SPLIT, decode_split_kv, kv_splits
+
+    shape = ModelShape.from_config(TINY_CFG, "tiny")
+    dec = Decoder.build(shape, dtype=torch.float32, seed=9)
+    ctx = 3 * MIN_KV_SPLIT + 5
+    ks, vs = new_kv_cache(shape, 3, ctx, device="cpu", dtype=torch.float32)
+    x = torch.randn(2, shape.hidden_size)
+    want = dec.decode(x, ks, vs, ctx)
+    got = decode_split_kv(dec, x, ks, vs, ctx)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+    assert kv_splits(parallel=4, keys=ctx + 1, processors=1) == 1
+    # Few (sequence, KV head) problems on many processors: split, but not below the minimum.
+    assert kv_splits(parallel=8, keys=65536, processors=132) == 33
+    assert kv_splits(parallel=8, keys=4 * MIN_KV_SPLIT, processors=132) == 4
+    assert kv_splits(parallel=1024, keys=65536, processors=132) == 1
+
+
+def test_long_context_plan_needs_contexts_that_are_whole_chunks() -> None:
+    pytest.importorskip("torch")
+    from slo_runtime.profile import ModelPlan
+
+    with pytest.raises(ValueError, match="prefill_contexts: 3000 is not a multiple of the "
+                                         "prefill_chunks value 2048"):
+        ModelPlan(shape="llama-3.1-8b", prefill_chunks=[2048], prefill_contexts=[0, 3000])
+
+
+def test_profile_run_on_cpu_writes_the_long_context_keys(tmp_path) -> None:
+    pytest.importorskip("torch")
+    from slo_runtime.profile import ModelPlan, Settings, run
+
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(TINY_CFG))
+    plan = ModelPlan(shape=str(cfg), ctx=32, batches=[1], prefill_tokens=[8], modes=["bf16"],
+                     prefill_chunks=[8, 16], prefill_contexts=[0, 16, 32],
+                     decode_contexts={"64": [1, 2]}, name="cpu-long")
+    st = Settings(device="cpu", use_graphs=False, compile=False, decode_iters=2,
+                  prefill_iters=1, warmup=1, gemm_n=64, copy_bytes=2**20, chunk_passes=2)
+    run([plan], st, tmp_path / "out")
+    p = json.loads((tmp_path / "out" / "cpu-long.json").read_text())
+    assert set(p["prefill_ctx_ms"]["bf16"]) == {"8", "16"}
+    for chunk in ("8", "16"):
+        row = p["prefill_ctx_ms"]["bf16"][chunk]
+        assert set(row) == {"0", "16", "32"} and all(t > 0 for t in row.values())
+        totals = p["prefill_chunked_ms"]["bf16"][chunk]
+        assert set(totals) == {"16", "32"}
+        assert totals["32"] > totals["16"] > 0
+    # A prompt of one chunk is that chunk after no context.
+    assert p["prefill_chunked_ms"]["bf16"]["16"]["16"] == p["prefill_ctx_ms"]["bf16"]["16"]["0"]
+    assert set(p["decode_ctx_ms"]["bf16"]["64"]) == {"1", "2"}
+
+
+def test_sequence_timer_reports_each_call() -> None:
+    torch = pytest.importorskip("torch")
+    from slo_runtime.profile import Timer
+
+    calls: list[int] = []
+    times = Timer(torch.device("cpu")).sequence_ms(
+        [lambda: calls.append(0), lambda: calls.append(1)], passes=3)
+    assert calls == [0, 1] * 3
+    assert len(times) == 2 and all(t >= 0 for t in times)

@@ -13,9 +13,10 @@ not 1,000 processes.
 
 Traffic is steady: requests arrive at every pod at ``rate`` per second and finish at the
 same rate, with latencies spread evenly over fixed ranges well inside the default
-objectives, so a settled operator has nothing to change. Counters grow linearly from the process start. The spec file
-(JSON list of ``{"namespace", "service", "tenant", "pods": [...]}``) is re-read when it
-changes, so pods can be added as the operator creates them.
+objectives, so a settled operator has nothing to change. Counters grow linearly from the
+process start. The spec file (JSON list of
+``{"namespace", "service", "tenant", "pods": [...]}``) is re-read when it changes, so pods
+can be added as the operator creates them.
 
     python -m slo_devtools.scale.synthetic --spec services.json --port 9400
 """
@@ -125,9 +126,12 @@ def load_spec(data: Iterable[Mapping[str, object]]) -> list[ServiceSeries]:
     out = []
     for item in data:
         pods = item.get("pods") or ()
+        if not isinstance(pods, list | tuple):
+            raise ValueError(f"spec: pods of service {item.get('service')!r} must be a list, "
+                             f"got {pods!r}")
         out.append(ServiceSeries(str(item["namespace"]), str(item["service"]),
                                  str(item.get("tenant", item["namespace"])),
-                                 tuple(str(p) for p in pods)))  # type: ignore[union-attr]
+                                 tuple(str(p) for p in pods)))
     return out
 
 

@@ -12,10 +12,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from slo_devtools.sim import fleet
 from slo_devtools.sim.bench import (
+    FLEETS,
+    PROFILE_FLEET,
     TARGETS,
     TRACES,
     WorkloadResult,
     run_workload,
+    runs,
     steps_per_workload,
 )
 from slo_devtools.sim.policies import Objectives
@@ -26,8 +29,12 @@ from slo_devtools.sim.user_trace import TrafficSpec, objective_sets, prepare
 SCENARIOS = ("slo", "mixed-fleet")
 
 
-def check(traces: Sequence[str], target_sets: Sequence[str]) -> None:
-    """Reject unknown workload or target-set names, naming the option."""
+def check(traces: Sequence[str], target_sets: Sequence[str],
+          fleets: Sequence[str] = ()) -> None:
+    """Reject unknown workload, target-set or fleet names, naming the option."""
+    for f in fleets:
+        if f not in FLEETS:
+            raise ValueError(f"--fleet: unknown fleet {f!r}; known: {', '.join(FLEETS)}")
     for t in traces:
         if t not in TRACES:
             raise ValueError(f"--trace: unknown workload {t!r}; known: {', '.join(TRACES)}")
@@ -36,40 +43,51 @@ def check(traces: Sequence[str], target_sets: Sequence[str]) -> None:
             raise ValueError(f"--targets: unknown set {s!r}; known: {', '.join(TARGETS)}")
 
 
-Item = tuple[str, str, Workload | None]  # (workload key, target set, the workload if built)
+# (workload key, target set, the workload if built, fleet)
+Item = tuple[str, str, Workload | None, str]
 
 
-def _one(args: tuple[str, str, int, Workload | None]) -> WorkloadResult:
-    key, target_set, seed, wl = args
-    return run_workload(key, target_set, seed, wl=wl)
+def _one(args: tuple[str, str, int, Workload | None, str]) -> WorkloadResult:
+    key, target_set, seed, wl, fleet_name = args
+    return run_workload(key, target_set, seed, wl=wl, fleet=fleet_name)
+
+
+def _label(t: str, s: str, f: str) -> str:
+    return f"{t} [{s}]" if f == PROFILE_FLEET else f"{t} [{s}, {f}]"
 
 
 def _compute(items: Sequence[Item], seed: int, jobs: int,
              tick: Callable[[str, int], None] | None) -> list[WorkloadResult]:
     if jobs <= 1:
         out = []
-        for t, s, wl in items:
-            def step(what: str, t: str = t, s: str = s) -> None:
+        for t, s, wl, f in items:
+            def step(what: str, label: str = _label(t, s, f)) -> None:
                 if tick:
-                    tick(f"{t} [{s}] {what}", 1)
-            out.append(run_workload(t, s, seed, step, wl=wl))
+                    tick(f"{label} {what}", 1)
+            out.append(run_workload(t, s, seed, step, wl=wl, fleet=f))
         return out
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_one, (t, s, seed, wl)) for t, s, wl in items]
+        futures = [pool.submit(_one, (t, s, seed, wl, f)) for t, s, wl, f in items]
         results = []
-        for (t, s, _), f in zip(items, futures, strict=True):
-            results.append(f.result())
+        for (t, s, _, f), fut in zip(items, futures, strict=True):
+            results.append(fut.result())
             if tick:
-                tick(f"{t} [{s}] done", steps_per_workload())
+                tick(f"{_label(t, s, f)} done", steps_per_workload())
         return results
 
 
+def _items(traces: Sequence[str], target_sets: Sequence[str],
+           fleets: Sequence[str] | None) -> list[Item]:
+    check(traces, target_sets, fleets or ())
+    return [(t, s, None, f) for t, s, f in runs(traces, target_sets, fleets or None)]
+
+
 def compute(traces: Sequence[str], target_sets: Sequence[str], seed: int = 0, jobs: int = 1,
-            tick: Callable[[str, int], None] | None = None) -> list[WorkloadResult]:
-    """Every (trace, target set) pair, in order; ``jobs`` > 1 runs pairs in processes
-    (results are identical: every run is seeded)."""
-    check(traces, target_sets)
-    return _compute([(t, s, None) for t in traces for s in target_sets], seed, jobs, tick)
+            tick: Callable[[str, int], None] | None = None,
+            fleets: Sequence[str] | None = None) -> list[WorkloadResult]:
+    """Every (trace, target set, fleet) of :func:`bench.runs`, in order; ``jobs`` > 1
+    runs them in processes (results are identical: every run is seeded)."""
+    return _compute(_items(traces, target_sets, fleets), seed, jobs, tick)
 
 
 def _report(items: Sequence[Item], out: Path, seed: int, jobs: int) -> Path:
@@ -95,10 +113,9 @@ def _report(items: Sequence[Item], out: Path, seed: int, jobs: int) -> Path:
 
 
 def run(traces: Sequence[str], target_sets: Sequence[str], out: Path, seed: int = 0,
-        jobs: int = 1) -> Path:
+        jobs: int = 1, fleets: Sequence[str] | None = None) -> Path:
     """Compute with a progress bar, then write the report and plots to ``out``."""
-    check(traces, target_sets)
-    return _report([(t, s, None) for t in traces for s in target_sets], out, seed, jobs)
+    return _report(_items(traces, target_sets, fleets), out, seed, jobs)
 
 
 def run_traffic(spec: TrafficSpec, objectives: Objectives | None, target_sets: Sequence[str],
@@ -111,7 +128,7 @@ def run_traffic(spec: TrafficSpec, objectives: Objectives | None, target_sets: S
     for w in prepared.warnings:
         if warn:
             warn(w)
-    items: list[Item] = [(wl.name, s, wl) for s, wl in
+    items: list[Item] = [(wl.name, s, wl, PROFILE_FLEET) for s, wl in
                          prepared.workloads(objective_sets(objectives, target_sets))]
     return _report(items, out, spec.seed, jobs)
 

@@ -1,4 +1,4 @@
-"""A perfect-foresight lower bound, and the smallest static cluster, by simulation.
+"""A perfect-foresight schedule, the smallest static cluster and a lower bound on GPU-hours.
 
 Oracle: for every tenant and 1-minute window, the fewest warm replicas that meet the
 window's objectives, found by simulating that window alone (with the minute before it as
@@ -11,6 +11,42 @@ compared with; its own attainment is reported next to it.
 
 Static: the fewest replicas per tenant that, fixed for the whole trace, reach the
 attainment target.
+
+Lower bound (``lower_bound``): the oracle is a heuristic (a greedy per-window search with
+repair rounds), so "x oracle" is soft. Beside it, GPU-seconds below which no policy can
+reach the attainment target, from a relaxation in which every simplification lowers the
+figure:
+
+* Work. A request costs at least its tokens at :func:`token_costs`' per-token floors: every
+  prompt token (less a prefix a cache might hold), every generated token after the first
+  at the cheapest batch whose step can still meet the P99 inter-token objective (chunked
+  prefill and decoding sharing one weight read, steps packed perfectly, contexts read at
+  the measured per-token KV cost, one cached token fewer than the sequence has),
+  nothing for preemption, queueing or cold starts. A replica-second does at most a
+  replica-second of that work, and a replica counts GPU-seconds from its creation.
+* Where the work must happen. A request that meets the e2e objective is served between
+  its arrival and arrival + objective; the P99 e2e judgement lets 1% (+1) of a window's
+  requests be late, so the most expensive 1% of the arrivals of the window and the one
+  before are free, and so are 1% (+1) of their generated tokens (the P99 inter-token
+  judgement); a request whose deadline is past the end of the trace is free (no window
+  judges it). So in every sub-interval of a window (a 1 s grid) the replicas must hold
+  the work of the requests whose whole span lies inside it; disjoint sub-intervals add.
+* Windows that may fail. The target lets floor((1 - target) x windows) windows fail; each
+  failed window frees its own arrivals and the previous window's (their late requests
+  may finish there), taken as the most expensive pairs (or single windows, twice as
+  many: the smaller of the two).
+* Floor. Every policy here keeps the tenant's ``min_replicas`` at all times.
+
+The bound is max(minimum replicas over the trace + the sub-intervals' work above them,
+total work) after the free windows are taken out of each. Premise (of the simulator, not
+a relaxation): a late request is late in the window it finishes in, which is its own or
+the next unless it finishes in a failed one; replicas serve what they are given in
+arrival order, so no replica count parks a window's requests behind later windows'. The
+bound ignores queueing and the batches the e2e objective forces small for long outputs,
+so it is loose (often half the oracle's GPU-hours); the true minimum lies between the two.
+``lower_need`` is, per window, the most replicas any sub-interval needs on average (so at
+least that many at the window's peak), capped at ``max_replicas``: a floor for the
+oracle's per-window count.
 """
 
 from __future__ import annotations
@@ -199,9 +235,12 @@ def _lower_hull(points: Sequence[tuple[float, float]]) -> list[tuple[float, floa
 
 
 def token_costs(model: StepModel, itl_ms: float, max_num_seqs: int, budget: int,
-                prompt_tokens: float, decode_tokens: float) -> TokenCosts:
+                prompt_tokens: float, decode_tokens: float, budget_settable: bool = False
+                ) -> TokenCosts:
     """Per-token costs that every step of ``model`` pays at least, chosen to bound a load
-    of ``prompt_tokens`` and ``decode_tokens`` as high as possible.
+    of ``prompt_tokens`` and ``decode_tokens`` as high as possible. A step carries at most
+    ``budget`` tokens, unless a policy may set the budget (``budget_settable``): then any
+    number, and v stays under the prefill curve's slope beyond its last measured point.
 
     A step of ``b`` decoding sequences (context ``C`` in all) and ``p`` prompt tokens costs
     at least ``delta(b) + g(p) + kv x C`` (``StepModel.step_ms``; its floors and the
@@ -221,8 +260,13 @@ def token_costs(model: StepModel, itl_ms: float, max_num_seqs: int, budget: int,
     delta = [w] + [table[b] - k * b * model.ref_ctx for b in range(1, top + 1)]
     # The shortest step b sequences can take: one cached token each.
     ok = [b for b in range(1, top + 1) if max(w, delta[b] + k * b) <= itl_ms]
+    top_p = budget
+    if budget_settable:
+        # Past its last measured point the prefill curve is a line: the hull to twice that
+        # point and a cap on v at the line's slope cover every larger chunk.
+        top_p = max(budget, 2 * int(max(model.prefill_tokens, default=1.0)))
     hull = _lower_hull([(float(p), max(0.0, model.prefill_ms(p) - w) if p else 0.0)
-                        for p in range(budget + 1)])
+                        for p in range(top_p + 1)])
     floor_any = min(delta)
 
     def conj(v: float) -> float:
@@ -235,6 +279,8 @@ def token_costs(model: StepModel, itl_ms: float, max_num_seqs: int, budget: int,
         return max(0.0, min((delta[b] - g) / b for b in ok))
 
     v_hi = max(0.0, min(((floor_any + g) / p for p, g in hull if p > 0), default=0.0))
+    if budget_settable:
+        v_hi = min(v_hi, model.prefill_ms(top_p) - model.prefill_ms(top_p - 1))
     lo, hi = 0.0, v_hi
     for _ in range(100):
         m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
@@ -253,20 +299,52 @@ class TenantBound:
     gpu_seconds: float
 
 
+# Sub-window intervals start and end on this grid (arrivals are binned to it, rounding
+# their deadlines up): a coarser grid only lowers the bound.
+GRID_S = 1.0
+
+
+def _window_excess(bins: Sequence[float], free: float, floor: float, e2e_s: float
+                   ) -> tuple[float, float]:
+    """(most replica-ms above ``floor`` replicas that disjoint sub-intervals of one window
+    force, highest replicas any sub-interval needs on average). ``bins[s]``: the work of
+    the requests arriving in grid cell s; an interval [i, j) must hold the work of those
+    whose deadline falls inside it, less ``free``."""
+    n = len(bins)
+    pre = [0.0]
+    for b in bins:
+        pre.append(pre[-1] + b)
+    reach = math.ceil(e2e_s / GRID_S) + 1  # cells from an arrival cell to its deadline
+    best = [0.0] * (n + 1)
+    peak = 0.0
+    for j in range(1, n + 1):
+        best[j] = best[j - 1]
+        last = j - reach  # latest arrival cell whose deadline is before the grid point j
+        for i in range(0, last + 1):
+            held = pre[last + 1] - pre[i] - free
+            if held <= 0:
+                continue
+            span = (j - i) * GRID_S * 1e3
+            peak = max(peak, held / span)
+            best[j] = max(best[j], best[i] + held - floor * span)
+    return best[n], peak
+
+
 def tenant_lower_bound(requests: Sequence[Request], tenant: Tenant, end: float,
                        window_s: float = 60.0, target: float = 0.99) -> TenantBound:
     """The lower bound of the module's ``lower_bound`` for one tenant's requests."""
     obj = tenant.objectives
     e2e_s = obj.e2e_ms / 1e3
     n_win = max(1, math.ceil(end / window_s))
-    span_ms = [1e3 * (min(end, (w + 1) * window_s) - w * window_s) for w in range(n_win)]
+    spans = [min(end, (w + 1) * window_s) - w * window_s for w in range(n_win)]
     prompts = [max(0, r.prompt - r.prefix) for r in requests]
     decodes = [max(0, r.output - 1) for r in requests]
-    costs = token_costs(tenant.model, obj.itl_p99_ms, tenant.max_num_seqs,
-                        tenant.max_num_batched_tokens, float(sum(prompts)), float(sum(decodes)))
+    costs = token_costs(tenant.replica_model, obj.itl_p99_ms, tenant.max_num_seqs,
+                        tenant.max_num_batched_tokens, float(sum(prompts)),
+                        float(sum(decodes)), tenant.budget_settable)
     k = costs.kv_ms
     work: list[list[float]] = [[] for _ in range(n_win)]  # forced requests' work
-    pinned = [0.0] * n_win
+    cells = [[0.0] * max(1, math.ceil(spans[w] / GRID_S)) for w in range(n_win)]
     arrivals = [0] * n_win
     tokens = [0] * n_win
     widest = [0] * n_win  # the largest context a window's sequence reaches
@@ -279,20 +357,20 @@ def tenant_lower_bound(requests: Sequence[Request], tenant: Tenant, end: float,
             continue  # may finish after the trace, where no window judges it
         ms = costs.prompt_ms * p + costs.decode_ms * d + k * (d * r.prompt + d * (d - 1) / 2)
         work[w].append(ms)
-        if r.t + e2e_s <= (w + 1) * window_s:
-            pinned[w] += ms
+        c = cells[w]
+        c[min(len(c) - 1, int((r.t - w * window_s) // GRID_S))] += ms
     total = [0.0] * n_win
+    above = [0.0] * n_win
+    need = [tenant.min_replicas] * n_win
     for w in range(n_win):
         prev = w - 1 if w else w
         late = math.floor((1 - E2E_QUANTILE) * (arrivals[prev] + arrivals[w])) + 1
         slow = math.floor((1 - ITL_QUANTILE) * (tokens[prev] + tokens[w])) + 1
         free = sum(heapq.nlargest(late, work[w])) + slow * (costs.decode_ms + k * widest[w])
         total[w] = max(0.0, sum(work[w]) - free)
-        pinned[w] = max(0.0, pinned[w] - free)
-    floor_ms = [tenant.min_replicas * s for s in span_ms]
-    need = [min(tenant.max_replicas,
-                max(tenant.min_replicas, math.ceil(pinned[w] / span_ms[w] - 1e-9)))
-            for w in range(n_win)]
+        above[w], peak = _window_excess(cells[w], free, tenant.min_replicas, e2e_s)
+        need[w] = min(tenant.max_replicas,
+                      max(tenant.min_replicas, math.ceil(peak - 1e-9)))
     # Windows the attainment target lets fail, each freeing its own arrivals and the
     # previous window's: at most the largest such pairs (or single windows, twice as many).
     drops = math.floor((1 - target) * n_win)
@@ -303,8 +381,7 @@ def tenant_lower_bound(requests: Sequence[Request], tenant: Tenant, end: float,
         pairs = [x[w] + (x[w - 1] if w else 0.0) for w in range(n_win)]
         return min(sum(heapq.nlargest(drops, pairs)), sum(heapq.nlargest(2 * drops, x)))
 
-    above = [max(0.0, pinned[w] - floor_ms[w]) for w in range(n_win)]
-    by_window = sum(floor_ms) + sum(above) - freed(above)
+    by_window = tenant.min_replicas * sum(spans) * 1e3 + sum(above) - freed(above)
     by_work = sum(total) - freed(total)
     return TenantBound(need, max(by_window, by_work) / 1e3)
 

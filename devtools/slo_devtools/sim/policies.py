@@ -23,6 +23,11 @@ from slo_operator.api.models import SLOPolicySpec, parse_duration
 from slo_operator.control.law import decide
 from slo_operator.control.policy import policy_for
 from slo_operator.control.state import ControlState
+from slo_operator.engine.batching import BATCHED_TOKENS_LARGE_GPU
+from slo_operator.reconcile.chunking import ChunkMemory, engine_basis
+from slo_operator.reconcile.chunking import choose as chunk_choose
+from slo_operator.reconcile.chunking import decode_batch as chunk_decode_batch
+from slo_operator.reconcile.chunking import step_times as chunk_step_times
 from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record
 from slo_operator.slo.evaluate import report as slo_report
 from slo_runtime.stepmodel import StepModel
@@ -67,6 +72,7 @@ class Action:
     replicas: int | None = None
     limit: int | None = None
     reason: str = ""
+    chunk_budget: int | None = None  # --max-num-batched-tokens (a rolling update)
 
 
 class Policy(Protocol):
@@ -270,9 +276,13 @@ class Kpa:
 
 # --- llm-d SLO-aware KEDA rule ------------------------------------------------------------
 # llm-d's guide "SLO-Aware Autoscaling with KEDA and Predicted Latency"
-# (https://github.com/llm-d/llm-d, guides/workload-autoscaling/README.slo-aware.md and
-# slo-aware/README.md; its manifests slo-aware/prometheus-rule.yaml and
-# slo-aware/scaledobject.yaml, read at the llm-d fork zetxqx/llm-d, commit c397e67).
+# (https://github.com/llm-d/llm-d, guides/workload-autoscaling/README.slo-aware.md, "How it
+# works", and slo-aware/README.md), with its manifests under
+# guides/workload-autoscaling/slo-aware/, read at the llm-d fork zetxqx/llm-d, commit
+# c397e67: prometheus-rule.yaml lines 50-76 (rule group, interval 15s: P90 TTFT / TPOT
+# over [1m] rates l. 53-62, epp:saturation:raw l. 66-69, :clamped l. 72-73, :smoothed
+# l. 75-76) and scaledobject.yaml (pollingInterval l. 33, HPA behavior l. 39-55,
+# scalingModifiers formula l. 56-63).
 LLMD_SATURATION_CAP = 2.0  # prometheus-rule.yaml: clamp_max(epp:saturation:raw, 2.0)
 LLMD_SMOOTHING_S = 45.0  # prometheus-rule.yaml: avg_over_time(epp:saturation:clamped[45s])
 LLMD_QUANTILE_WINDOW_S = 60.0  # histogram_quantile(0.9, ...rate(..._bucket[1m]))
@@ -785,6 +795,26 @@ class SloOperator:
     state: ControlState = field(default_factory=ControlState)
     reasons: list[tuple[float, str, str]] = field(default_factory=list)
     history: SLOHistory | None = None  # the windows judged so far, as the operator keeps them
+    chunk: ChunkMemory | None = None  # the chunked-prefill budget kept, as status keeps it
+
+    def _chunk(self, ctx: Context, now: float | None) -> ChunkMemory | None:
+        """The operator's ITL lever (``reconcile.chunking``) for this service's replicas."""
+        o = self.spec.objectives
+        if o.inter_token_latency_ms is None:
+            return None
+        st, source = chunk_step_times(self.model_size_b, ctx.precision, ctx.hardware, 1,
+                                      self.state)
+        seqs = ctx.svc.max_num_seqs
+        batch = chunk_decode_batch(st, o, self.state, self.spec.batching.min_batch, seqs)
+        return chunk_choose(st=st, source=source, itl_ms=float(o.inter_token_latency_ms),
+                            batch=batch, default=BATCHED_TOKENS_LARGE_GPU, floor=seqs,
+                            engine=engine_basis(ctx.precision, 1, seqs), held=self.chunk,
+                            now=now)
+
+    def initial_chunk_budget(self, ctx: Context) -> int | None:
+        """The budget the operator renders the Deployment with (seed step times)."""
+        self.chunk = self._chunk(ctx, None)
+        return None if self.chunk is None else self.chunk.tokens
 
     def act(self, ctx: Context, now: float) -> Action:
         o = self.spec.objectives
@@ -806,4 +836,12 @@ class SloOperator:
             return Action(reason=dec.reason)
         if dec.replicas != ctx.svc.desired or dec.limit_reason:
             self.reasons.append((now, dec.reason, dec.message))
-        return Action(dec.replicas, dec.batch_limit, dec.reason)
+        budget = None
+        if self.chunk is not None:
+            kept = self._chunk(ctx, now)
+            if kept is not None and kept.tokens != self.chunk.tokens:
+                budget = kept.tokens
+                self.reasons.append((now, "ChunkBudgetChanged",
+                                     f"{self.chunk.tokens} -> {kept.tokens} tokens"))
+            self.chunk = kept
+        return Action(dec.replicas, dec.batch_limit, dec.reason, chunk_budget=budget)

@@ -13,13 +13,15 @@ their conversations, so the workload is built from documented distributions:
 * conversations: every arrival is a later turn of a conversation whose next turn is due
   (oldest due first), else the first turn of a new one. After each turn a conversation
   continues with probability ``1 - 1/LONG_MEAN_TURNS`` (a geometric number of turns of
-  mean 2, the mean turns per conversation of LMSYS-Chat-1M, arXiv 2309.11998, Table 1);
+  mean 2, the mean turns per conversation of LMSYS-Chat-1M, arXiv 2309.11998);
   its next turn is due ``LONG_ANSWER_S`` (the answer's time) plus an exponential think
   time of mean ``LONG_THINK_S`` after the turn's arrival. So about half the requests are
   later turns once the hour is under way;
 * a first turn's prompt (system prompt, documents, code, history brought along) is
-  ``LONG_MIN_PROMPT`` + a log-normal (mu ``LONG_LOG_MU``, sigma ``LONG_LOG_SIGMA``): mean
-  about 11.6k tokens, median 6.8k, p99 84k, clipped to the context window; the mean
+  ``LONG_MIN_PROMPT`` + a log-normal (mu ``LONG_LOG_MU``, sigma ``LONG_LOG_SIGMA``),
+  redrawn where prompt and output would not fit the context window (about 1% of draws):
+  mean about 11.2k tokens, median 6.0k, p99 83k; over all turns (later turns carry their
+  history) the prompts average 12.6k, median 7.7k, p99 86k; the mean
   matches the average input of Mooncake's long-context conversation trace (about 12k
   tokens; Qin et al., FAST'25, arXiv 2407.00079) and the 4k floor keeps it long-context;
 * a later turn's prompt is the previous turn's prompt and output (its ``prefix``, which a
@@ -251,8 +253,9 @@ def servegen_day(kind: str = "m-large", day: int = 0, *, peak_rate: float = 20.0
 # Long-context conversations (module docstring).
 MAX_MODEL_LEN = 131072  # Llama-3.1's 128k context window (--max-model-len)
 LONG_MIN_PROMPT = 4096
-LONG_LOG_MU = 7.915  # with sigma: mean ~11.6k, p99 ~84k tokens after the 4k shift
-LONG_LOG_SIGMA = 1.456
+LONG_LOG_MU = 7.6  # with sigma: mean ~11.1k, p99 ~83k tokens after the 4k shift and
+# the truncation at the context window
+LONG_LOG_SIGMA = 1.8
 LONG_MEAN_TURNS = 2.0
 LONG_ANSWER_S = 20.0  # the answer's time before the user reads it (the e2e objective)
 LONG_THINK_S = 60.0
@@ -285,8 +288,9 @@ def long_context(*, rate_scale: float = 1.0, seed: int = 0, tenant: str = "long-
         if sid < 0:
             sid = next(sessions)
             prefix = 0
-            first = LONG_MIN_PROMPT + rng.lognormvariate(LONG_LOG_MU, LONG_LOG_SIGMA)
-            prompt = int(min(first, MAX_MODEL_LEN - 1))
+            prompt = MAX_MODEL_LEN
+            while prompt + answer > MAX_MODEL_LEN:  # truncated at the context window
+                prompt = LONG_MIN_PROMPT + int(rng.lognormvariate(LONG_LOG_MU, LONG_LOG_SIGMA))
         else:
             prefix = context[sid]
             prompt = prefix + msg

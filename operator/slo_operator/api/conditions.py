@@ -64,6 +64,9 @@ WITHIN_BOUNDS = "WithinBounds"  # ScalingLimited=False: the decision was not cli
 # Event reasons posted by the SLO loop (Normal), never condition reasons.
 SCALED = "Scaled"  # the Deployment's replicas changed
 BATCH_LIMIT_CHANGED = "BatchLimitChanged"  # the live in-flight limit changed on the pods
+# The chunked-prefill budget (--max-num-batched-tokens) moved with the inter-token
+# objective or the learnt step times: a rolling update (reconcile.chunking).
+CHUNK_BUDGET_CHANGED = "ChunkBudgetChanged"
 # Replicas spilled to another GPU pool, were held for a surge-first move back, or fit no
 # pool (the message names pools, free GPUs and prices; Warning when some fit nowhere).
 PLACED = "Placed"

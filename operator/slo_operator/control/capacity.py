@@ -74,14 +74,15 @@ class StepTimes:
     attn_ms_per_token2: float = 0.0
     ref_context: float = 0.0
     kv_tokens: float = math.inf
+    floor_ms: float = 0.0  # the batch-1 step (the weight read): no batch decodes faster
 
     def step_ms(self, running: float, prefill_tokens: float = 0.0,
                 context: float | None = None) -> float:
         """Duration of one engine step with ``running`` sequences of ``context`` tokens
         each (default: the reference context) and a prefill chunk."""
         extra = 0.0 if context is None else self.kv_ms_per_token * (context - self.ref_context)
-        return self.base_ms + max(0.0, self.per_seq_ms + extra) * running \
-            + self.prefill_ms_per_token * prefill_tokens
+        decode = max(self.floor_ms, self.base_ms + self.per_seq_ms * running)
+        return max(0.0, decode + extra * running) + self.prefill_ms_per_token * prefill_tokens
 
     def prefill_request_ms(self, prompt_tokens: float, cached_share: float = 0.0) -> float:
         """Prefill work of a prompt whose leading ``cached_share`` is in the prefix cache.
@@ -102,7 +103,8 @@ class StepTimes:
         return replace(self, base_ms=self.base_ms / s, per_seq_ms=self.per_seq_ms / s,
                        prefill_ms_per_token=self.prefill_ms_per_token / s,
                        kv_ms_per_token=self.kv_ms_per_token / s,
-                       attn_ms_per_token2=self.attn_ms_per_token2 / s)
+                       attn_ms_per_token2=self.attn_ms_per_token2 / s,
+                       floor_ms=self.floor_ms / s)
 
     @classmethod
     def from_step_model(cls, model: SharedStepModel, max_batch: int = FIT_MAX_BATCH,
@@ -121,7 +123,8 @@ class StepTimes:
                    kv_ms_per_token=float(getattr(model, "kv_ms_per_token", 0.0)),
                    attn_ms_per_token2=float(getattr(model, "prefill_attn_ms_per_token2", 0.0)),
                    ref_context=float(getattr(model, "ref_ctx", 0.0)),
-                   kv_tokens=float(getattr(model, "kv_capacity_tokens", 0) or math.inf))
+                   kv_tokens=float(getattr(model, "kv_capacity_tokens", 0) or math.inf),
+                   floor_ms=max(0.0, model.decode_ms(1)))
 
 
 class SharedStepModel(Protocol):
@@ -139,11 +142,11 @@ class SharedStepModel(Protocol):
 # parameter count (billions) and precision measured; checked against the profiles by a test.
 SEED_PRODUCT = "NVIDIA H200"
 SEED_STEP_TIMES: dict[tuple[float, str], StepTimes] = {
-    (8.0, "bf16"): StepTimes(4.462, 0.05049, 0.02320, 3.083e-05, 0.0, 1024.0, 883_607.0),
-    (8.0, "fp8"): StepTimes(2.971, 0.04603, 0.01465, 3.083e-05, 0.0, 1024.0, 936_857.0),
+    (8.0, "bf16"): StepTimes(4.462, 0.05049, 0.02320, 3.083e-05, 0.0, 1024.0, 883_607.0, 5.348),
+    (8.0, "fp8"): StepTimes(2.971, 0.04603, 0.01465, 3.083e-05, 0.0, 1024.0, 936_857.0, 3.722),
     # 70B in BF16 does not fit one H200: its KV capacity is the TP=2 deployment's concern.
-    (70.0, "bf16"): StepTimes(34.57, 0.1661, 0.2082, 7.708e-05, 0.0, 1024.0),
-    (70.0, "fp8"): StepTimes(19.40, 0.1439, 0.1226, 7.708e-05, 0.0, 1024.0, 180_730.0),
+    (70.0, "bf16"): StepTimes(34.57, 0.1661, 0.2082, 7.708e-05, 0.0, 1024.0, math.inf, 36.16),
+    (70.0, "fp8"): StepTimes(19.40, 0.1439, 0.1226, 7.708e-05, 0.0, 1024.0, 180_730.0, 21.55),
 }
 DEFAULT_STEP_TIMES = SEED_STEP_TIMES[(8.0, "bf16")]
 
@@ -165,14 +168,15 @@ def seed_step_times(model_size_b: float | None, precision: str, hardware: str = 
                        prefill_ms_per_token=seed.prefill_ms_per_token * f,
                        kv_ms_per_token=seed.kv_ms_per_token * f,
                        attn_ms_per_token2=seed.attn_ms_per_token2 * f,
-                       kv_tokens=seed.kv_tokens / f)
+                       kv_tokens=seed.kv_tokens / f, floor_ms=seed.floor_ms * f)
     bandwidth, compute = hardware_ratios(hardware, prec)
     memory = memory_ratio(hardware)
     return replace(seed, base_ms=seed.base_ms / bandwidth, per_seq_ms=seed.per_seq_ms / bandwidth,
                    prefill_ms_per_token=seed.prefill_ms_per_token / compute,
                    kv_ms_per_token=seed.kv_ms_per_token / bandwidth,
                    attn_ms_per_token2=seed.attn_ms_per_token2 / compute,
-                   kv_tokens=seed.kv_tokens * memory * max(1, gpus_per_replica))
+                   kv_tokens=seed.kv_tokens * memory * max(1, gpus_per_replica),
+                   floor_ms=seed.floor_ms / bandwidth)
 
 
 def memory_ratio(hardware: str) -> float:

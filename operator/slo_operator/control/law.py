@@ -112,7 +112,7 @@ class Demand:
     arrivals: float
     source: str  # "gateway" (counted on arrival) or "completions" (finished + queue change)
     burst: float
-    burst_kind: str  # "noise", "peak", "trend" or "none"
+    burst_kind: str  # "noise", "peak" (a remembered burst), "trend" or "none"
     backlog: float
     total: float
     peak: float | None  # highest short-window arrival rate in the window (gateway)
@@ -393,7 +393,10 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     rates_next = kept if recent_sample else rates[-MAX_RATES:]
     # Short bursts inside a window (the gateway's short-window peak over the window's
     # mean) are remembered as their excess, so a smooth ramp's level is never held up
-    # as a burst and bursty load keeps its bursts planned for the lookback.
+    # as a burst and bursty load keeps its bursts planned for the lookback. They size
+    # replicas for their prompts (``estimate_need``), not as sustained demand: a burst of
+    # seconds needs its prompts prefilled within the first-token objective, and the
+    # planned utilisation's headroom absorbs the rest.
     peak = sig.arrival_peak_rate if sig.arrival_peak_rate is not None \
         and math.isfinite(sig.arrival_peak_rate) else None
     kept_peaks = tuple((t, r) for t, r in state.peaks if now - t <= memory)
@@ -407,7 +410,7 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals
     lead = policy.cold_start_s + policy.window_s
     trend = max(0.0, _slope([(t, r) for t, r in rates if now - t <= 2 * policy.window_s])) * lead
-    kinds = {"noise": noise, "peak": top, "trend": trend, "short-burst": excess}
+    kinds = {"noise": noise, "peak": top, "trend": trend}
     kind, burst = max(kinds.items(), key=lambda kv: kv[1])
     if burst <= 0:
         kind, burst = "none", 0.0

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED
 from slo_operator.api.models import Objectives
 from slo_operator.control.capacity import (
     CHUNK_GRID,
@@ -69,7 +70,6 @@ RAISE_SLACK = 0.1
 # Where the kept budgets live in status.control, beside the law's "state" and "slo".
 MEMORY_KEY = "chunkBudget"
 # Event reason for a moved budget (Normal).
-CHUNK_BUDGET_CHANGED = "ChunkBudgetChanged"
 
 
 @dataclass(frozen=True)

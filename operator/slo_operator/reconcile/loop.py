@@ -1,7 +1,7 @@
 """The SLO loop's pass over services: observe -> decide -> arbitrate -> updates.
 
 Pure apart from the one awaited call to the metrics source: the pass builds one fixed
-set of PromQL queries for every service (``slo.promql.build_queries``: exactly 8, one per
+set of PromQL queries for every service (``slo.promql.build_queries``: exactly 9, one per
 signal in ``QUERY_NAMES``, whatever the number of services), hands the results to
 ``slo.signals``, runs ``control.decide`` per service and ``control.arbitrate`` across
 services for scarce GPUs, and returns one :class:`SLOUpdate` per service. Each service's
@@ -457,7 +457,7 @@ async def observe_and_decide(
     only: Collection[ServiceKey] | None = None,
     fleet: Fleet | None = None,
 ) -> dict[ServiceKey, SLOUpdate]:
-    """One pass's queries (the fixed 8 for all services) and every service's update.
+    """One pass's queries (the fixed 9 for all services) and every service's update.
 
     ``only``: decide just for these services (an SLOPolicy edit's bound services); GPUs
     are then arbitrated among them alone, out of what the snapshot shows free.

@@ -1,8 +1,9 @@
-"""Builders for control-law tests: observations, policies and states in one line each."""
+"""Builders for control-law tests: observations, policies and states in one line each, and
+``Loop``, which feeds ``decide`` one observation per cycle and carries its state forward."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slo_operator.api.models import SLOPolicySpec
@@ -13,15 +14,21 @@ from slo_operator.api.observe import (
     ServiceKey,
     Signals,
 )
-from slo_operator.control import ControlPolicy, ControlState, policy_for
-from slo_operator.control.capacity import DEFAULT_STEP_TIMES, rate_at_batch
+from slo_operator.control import ControlPolicy, ControlState, Decision, decide, policy_for
+from slo_operator.control.capacity import (
+    DEFAULT_STEP_TIMES,
+    StepTimes,
+    decode_context,
+    rate_at_batch,
+)
 from slo_operator.control.placement import VariantOption
 
 T0 = 1_800_000_000.0
 KEY = ServiceKey("team-a", "chat")
 PROMPT, OUTPUT = 500.0, 200.0
-# Requests per second one replica is planned for with these shapes at batch 64 (~22.5).
+# Requests per second one replica is planned for with these shapes at batch 64 (~24).
 PER_REPLICA = rate_at_batch(DEFAULT_STEP_TIMES, 64, PROMPT, OUTPUT)
+CYCLE = 20.0  # seconds between two decisions in scenarios (the operator's default period)
 
 
 def make_policy(**overrides: Any) -> ControlPolicy:
@@ -37,25 +44,80 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
                  ttft: float | None = 300.0, itl: float | None = None,
                  waiting: float | None = 0.0, running: float | None = 10.0,
                  state: MetricsState = MetricsState.OK, gen_rate: float | None = None,
-                 prompt: float = PROMPT, output: float = OUTPUT) -> Signals:
+                 prompt: float = PROMPT, output: float = OUTPUT,
+                 arrivals: float | None = None, peak: float | None = None,
+                 hit: float | None = None, decode_ms: float | None = None,
+                 kv: float | None = None, preemptions: float | None = None) -> Signals:
+    """One window's signals: ``rate`` finished requests per second of ``prompt`` +
+    ``output`` tokens; ``arrivals`` and ``peak`` are the gateway's counts (None: no
+    gateway), ``hit`` the prefix-cache share, ``decode_ms`` the mean time per output token."""
     r = rate or 0.0
     return Signals(
         state=state, e2e_ms=e2e, ttft_ms=ttft, itl_ms=itl, request_rate=rate,
         prompt_tokens_rate=r * prompt, generation_tokens_rate=gen_rate if gen_rate is not None
         else r * output, waiting=waiting, running=running, sample_time=T0,
+        arrival_rate=arrivals, arrival_peak_rate=peak, prefix_hit_share=hit,
+        decode_mean_ms=decode_ms, kv_usage=kv, preemptions_rate=preemptions,
     )
 
 
 def make_obs(*, desired: int = 2, ready: int | None = None, warming: int = 0,
              starting: int = 0, pending: int = 0, batch_limit: int = 64, max_batch: int = 64,
-             gpus_per_replica: int = 1, now: float = T0, **signals: Any) -> Observation:
+             gpus_per_replica: int = 1, now: float = T0, budget: float | None = None,
+             hardware: str = "H200", **signals: Any) -> Observation:
+    """An observation of ``desired`` replicas (all ready unless told), ``budget`` the share
+    of the error budget left."""
     return Observation(
         key=KEY, now=now, signals=make_signals(**signals),
         replicas=ReplicaCounts(desired=desired, ready=desired if ready is None else ready,
                                warming=warming, starting=starting, pending=pending),
-        batch_limit=batch_limit, max_batch=max_batch, hardware="H200", precision="bf16",
-        gpus_per_replica=gpus_per_replica,
+        batch_limit=batch_limit, max_batch=max_batch, hardware=hardware, precision="bf16",
+        gpus_per_replica=gpus_per_replica, error_budget_left=budget,
     )
+
+
+@dataclass
+class Loop:
+    """``decide`` over time, as a Deployment that follows it at once: each ``step`` observes
+    the replicas and limit the last decision set, ``CYCLE`` seconds after it, and carries
+    ``decision.state`` forward. Keyword arguments are ``make_obs``'s, per cycle."""
+
+    policy: ControlPolicy = field(default_factory=make_policy)
+    replicas: int = 2
+    limit: int = 64
+    state: ControlState = field(default_factory=ControlState)
+    now: float = T0
+    cycle: float = CYCLE
+    decisions: list[Decision] = field(default_factory=list)
+
+    def step(self, **obs: Any) -> Decision:
+        obs.setdefault("desired", self.replicas)
+        obs.setdefault("batch_limit", self.limit)
+        d = decide(make_obs(now=self.now, **obs), self.policy, self.state, self.now)
+        self.state, self.replicas, self.limit = d.state, d.replicas, d.batch_limit
+        self.decisions.append(d)
+        self.now += self.cycle
+        return d
+
+    def run(self, seconds: float, **obs: Any) -> list[Decision]:
+        """Steps for ``seconds`` with the same signals; the decisions made."""
+        return [self.step(**obs) for _ in range(round(seconds / self.cycle))]
+
+
+def decode_time(steps: StepTimes, per_replica: float, limit: float, *,
+                prompt: float = PROMPT, output: float = OUTPUT) -> tuple[float, float]:
+    """(mean ms per output token, mean decode batch) of a replica with step times ``steps``
+    finishing ``per_replica`` requests per second, as the law's model reads it: prefill
+    takes a share ``f = per_replica x prefill / 1000`` of the replica's time and stretches
+    every step, ``m = step(b) / (1 - f)``, and the batch is Little's law,
+    ``b = per_replica x output x m / 1000`` (at most ``limit``); solved by iteration."""
+    f = min(0.9, per_replica * steps.prefill_request_ms(prompt) / 1000.0)
+    ctx = decode_context(prompt, output)
+    m = steps.step_ms(1, context=ctx) / (1.0 - f)
+    for _ in range(200):
+        b = max(1.0, min(limit, per_replica * output * m / 1000.0))
+        m = steps.step_ms(b, context=ctx) / (1.0 - f)
+    return m, max(1.0, min(limit, per_replica * output * m / 1000.0))
 
 
 def history(n: int, *, since: float, until: float = T0, step: float = 15.0

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED
 from slo_operator.api.models import Objectives
 from slo_operator.control.capacity import StepTimes, chunk_budget_for_itl
 from slo_operator.control.state import ControlState
 from slo_operator.reconcile.chunking import (
     CHANGE_INTERVAL_S,
-    CHUNK_BUDGET_CHANGED,
     MEMORY_KEY,
     ChunkMemory,
     change,

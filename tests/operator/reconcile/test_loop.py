@@ -79,7 +79,7 @@ def test_a_pass_sends_the_same_few_queries_for_one_service_or_fifty() -> None:
         assert len(metrics.calls) == 1
         assert len(metrics.calls[0]) <= 10
         assert set(metrics.calls[0]) == {"e2e", "ttft", "itl", "decode", "throughput",
-                                         "waiting", "running", "kv"}
+                                         "waiting", "running", "kv", "burst"}
 
 
 def test_overload_scales_out_with_a_reason_an_event_and_a_decision_record() -> None:

@@ -16,14 +16,14 @@ import pytest
 
 from slo_operator.api import conditions as C
 from slo_operator.api.cluster import Snapshot
-from slo_operator.api.conditions import Cond, rfc3339
+from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED, Cond, rfc3339
 from slo_operator.api.models import InferenceServiceStatus, ObservedStatus
 from slo_operator.api.observe import ServiceKey
 from slo_operator.control import ControlState
 from slo_operator.control import reasons as R
 from slo_operator.reconcile import planner
 from slo_operator.reconcile.actions import Apply, PatchStatus, PostEvent, describe
-from slo_operator.reconcile.chunking import CHUNK_BUDGET_CHANGED, MEMORY_KEY
+from slo_operator.reconcile.chunking import MEMORY_KEY
 from slo_operator.reconcile.loop import (
     fill,
     law_decided,

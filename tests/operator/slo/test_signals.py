@@ -321,10 +321,10 @@ def test_decode_mean_is_the_sum_rate_over_the_count_rate_of_the_chosen_source() 
 @pytest.mark.parametrize("decode", [
     pytest.param([], id="no-histogram"),
     pytest.param(hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS), id="no-sum"),
-    pytest.param([row("NaN", le="sum", source="request", window="60s")]
-                 + hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS), id="nan-sum"),
-    pytest.param([row(0.1, le="sum", source="request", window="60s")]
-                 + hist((0, 0, 0, 0), "request", bounds=DECODE_BOUNDS), id="no-requests"),
+    pytest.param([row("NaN", le="sum", source="request", window="60s"),
+                  *hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS)], id="nan-sum"),
+    pytest.param([row(0.1, le="sum", source="request", window="60s"),
+                  *hist((0, 0, 0, 0), "request", bounds=DECODE_BOUNDS)], id="no-requests"),
 ])
 def test_decode_mean_is_not_observed_without_a_sum_and_a_count(decode: list[Any]) -> None:
     assert parse({**minimal(), "decode": decode}).decode_mean_ms is None
