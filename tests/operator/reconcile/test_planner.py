@@ -349,7 +349,7 @@ def test_a_status_written_only_on_change_decides_as_one_written_every_pass(
     assert lazy == reference
     assert len(every) == len(SCRIPT)
     # The burst scales out (so the comparison covers the replayed idle stretch's effect).
-    assert max(r for r, *_ in lazy) > 3
+    assert max(r for r, *_ in lazy) > 1
     # Idle at minReplicas: the first pass writes, the decision's reason changes once
     # (Stabilizing until the first scale-down window ends, then NoTraffic), then only the
     # heartbeat 300 s (15 passes) later. Busy, the law's memory moves (a new rate sample
