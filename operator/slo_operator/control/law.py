@@ -321,8 +321,8 @@ def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) ->
     output = _smooth(state.output_tokens, _per_request(sig.generation_tokens_rate, lam),
                      weight) or DEFAULT_OUTPUT_TOKENS
     hit = sig.prefix_hit_share
-    cached = _smooth(state.cached_share, None if hit is None else max(0.0, min(1.0, hit)),
-                     weight) or 0.0
+    hit = None if hit is None or not math.isfinite(hit) else max(0.0, min(1.0, hit))
+    cached = _smooth(state.cached_share, hit, weight) or 0.0
 
     seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware,
                                                 obs.gpus_per_replica)
@@ -408,8 +408,7 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
 
     noise = policy.burst_k * _noise([r for _, r in rates])
     top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals
-    lead = policy.cold_start_s + policy.window_s
-    trend = max(0.0, _slope([(t, r) for t, r in rates if now - t <= 2 * policy.window_s])) * lead
+    trend = _trend(rates, now, policy)
     kinds = {"noise": noise, "peak": top, "trend": trend}
     kind, burst = max(kinds.items(), key=lambda kv: kv[1])
     if burst <= 0:
@@ -420,6 +419,18 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     return Demand(arrivals=arrivals, source=source, burst=burst, burst_kind=kind,
                   backlog=backlog, total=total, peak=peak, excess=excess, shape=_shape(rates, now, policy),
                   rates=rates_next, peaks=peaks_next)
+
+
+def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> float:
+    """A rising load keeps rising while new replicas start: plan for the rate they will
+    meet, a cold start and half a window (a window's mean lags a ramp by half a window)
+    ahead. Only a rise that lasted both of the last two windows counts (the smaller of
+    their slopes): a step up enters a window's mean as a one-window ramp, and projecting
+    that would plan for twice the new level."""
+    w = policy.window_s
+    recent = _slope([(t, r) for t, r in rates if now - t <= w])
+    older = _slope([(t, r) for t, r in rates if w <= now - t <= 2 * w])
+    return max(0.0, min(recent, older)) * (policy.cold_start_s + w / 2)
 
 
 def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> str:
@@ -464,7 +475,10 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     model_need = demand.total * state.correction / per_replica if per_replica > 0 else math.inf
     waiting = max(0.0, obs.signals.waiting or 0.0)
     draining = state.last_waiting is not None and waiting < state.last_waiting
-    settling = in_flight or obs.replicas.warming > 0 or draining or model_need > cur
+    # The model explains a miss only when it would scale out itself (beyond the dead band):
+    # a need just above the current replicas, inside the band, moves nothing.
+    settling = in_flight or obs.replicas.warming > 0 or draining \
+        or model_need > cur * (1.0 + policy.tolerance)
     correction = _correct(state.correction, err, settling)
     load = demand.total * correction / per_replica if per_replica > 0 \
         else float(policy.max_replicas)
@@ -497,7 +511,7 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
     full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
     rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
     shape = _shape(rates, now, policy)
-    if budget_left is None:
+    if budget_left is None or not math.isfinite(budget_left):
         return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
     if shape == "bursty":
         return ScaleIn(full, lookback, f"bursty load: the whole window ({budget_left:.0%} of "
@@ -586,9 +600,8 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         target, held = cur, R.PENDING
 
     # Bounds and budget, reported when the wish itself is beyond them and they bind at
-    # least as hard as the step limits did. Resting at minReplicas is not a limit worth
-    # a Warning: the bound is reported only when it holds replicas the load does not use
-    # and the service is not idle at its minimum.
+    # least as hard as the step limits did. Resting at minReplicas (TooFewReplicas) is
+    # reported too; status posts it as Normal, not a Warning (reconcile.status.AT_REST).
     lo, hi = policy.min_replicas, policy.max_replicas
     if rec < lo and target <= lo:
         limited = (R.TOO_FEW_REPLICAS, f"the load needs {rec}; minReplicas is {lo}")

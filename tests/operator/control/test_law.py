@@ -185,10 +185,6 @@ def test_a_latency_miss_the_model_does_not_explain_grows_the_correction_to_a_sca
     assert {d.explanation.demand.total for d in ds if d.explanation} == {10.0}  # the load did not
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "estimate_need freezes the correction once the corrected need exceeds the current "
-    "replicas (settling: model_need > cur), but normalize scales out only beyond cur x 1.1: "
-    "a need that lands in (cur, 1.1 cur] stays there with the SLO missed for ever"))
 def test_a_small_persistent_latency_miss_is_not_stuck_inside_the_dead_band() -> None:
     loop = settled(1, rate=10.0)
     ds = loop.run(600, rate=10.0, e2e=12_000.0)  # 20% over target, every cycle
@@ -611,18 +607,12 @@ def test_bursty_load_waits_the_whole_window_whatever_the_budget() -> None:
 # --- absurd inputs ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "scale_in_window turns a NaN error_budget_left into a NaN window: normalize then keeps no "
-    "recommendation in it and max() of nothing raises ValueError"))
 def test_a_nan_error_budget_counts_as_unknown() -> None:
     d = Loop(replicas=2).step(rate=10.0, budget=math.nan)
     assert d.explanation is not None
     assert d.explanation.scale_in.window_s == make_policy().scale_down_stabilization_s
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "learn_model clamps the share with max(0, min(1, hit)), and min(1.0, nan) is 1.0: a NaN "
-    "share reads as every prompt token cached (other signals treat non-finite as missing)"))
 def test_a_nan_prefix_hit_share_counts_as_unknown() -> None:
     e = Loop(replicas=2).step(rate=10.0, hit=math.nan).explanation
     assert e is not None and e.model.cached == 0.0
@@ -802,10 +792,6 @@ def test_the_loop_does_not_flap(plant_trace: list[Trace]) -> None:
     assert sum(1 for a, b in itertools.pairwise(steps) if (a > 0) != (b > 0)) <= 1, steps
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the trend (least-squares slope of the last two windows x a cold start and a window) "
-    "reads a 10 -> 60 req/s step as a steep ramp: 148 req/s planned, 7 replicas where 4 "
-    "serve the new level"))
 def test_the_loop_does_not_overshoot_a_load_step(plant_trace: list[Trace]) -> None:
     counts = [x.replicas for x in plant_trace]
     mu = rate_at_batch(SEED.scaled(TRUE_SPEED), 64, PROMPT, OUTPUT)
