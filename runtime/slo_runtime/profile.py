@@ -226,27 +226,11 @@ def _prefill_ms(dec: Decoder, tokens: int, st: Settings, timer: Timer) -> float:
 
 DecodeStep = Callable[[Decoder, torch.Tensor, list[torch.Tensor], list[torch.Tensor], int],
                       torch.Tensor]
-# Smallest KV split of the split-KV decode: shorter splits cost more in the merge than
-# they gain in parallelism (FlashAttention's heuristic likewise keeps a split at least a
-# few 128-key blocks long).
-MIN_KV_SPLIT = 512
 
 
-def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention output and log-sum-exp of ``q`` [B, Hq, L, d] against ``k``/``v``
-    [B, Hkv, S, d] (Hkv divides Hq: grouped-query heads share a KV head).
-
-    ``causal`` aligns the mask bottom-right: query ``i`` sees keys up to ``S - L + i``,
-    the rule for a chunk of queries that follows ``S - L`` cached keys. On CUDA this is
-    PyTorch's flash-attention operator, whose causal mask is bottom-right aligned
-    (``torch/nn/attention/bias.py``, ``CausalBias._dispatch``, the ``LOWER_RIGHT``
-    branch calls it with ``is_causal=True``) and which reads grouped K/V heads in place;
-    elsewhere a float32 reference of the same function.
-    """
-    if q.device.type == "cuda":
-        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)
-        return out[0], out[1]
+def _reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 attention with its log-sum-exp (grouped K/V heads repeated), the CPU path."""
     group = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(group, 1)
     vf = v.float().repeat_interleave(group, 1)
@@ -259,61 +243,90 @@ def partial_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return (torch.softmax(scores, -1) @ vf).to(q.dtype), lse
 
 
-def kv_splits(parallel: int, keys: int, processors: int) -> int:
-    """KV splits of a decode attention with ``parallel`` (sequence, KV head) problems over
-    ``keys`` cached keys: enough for two blocks per multiprocessor, none shorter than
-    ``MIN_KV_SPLIT`` (the split-KV, "flash-decoding", scheme of FlashAttention's
-    ``num_splits_heuristic`` in ``csrc/flash_attn/flash_api.cpp``, simplified)."""
-    want = -(-2 * processors // max(1, parallel))
-    return max(1, min(want, keys // MIN_KV_SPLIT))
+# Which CUDA kernel ran the attention against cached context ("cudnn" or "flash"); the
+# profile notes it. cuDNN's fused attention is PyTorch's default SDPA kernel on Hopper
+# and the one the plain prefill (``Decoder.prefill``) runs.
+CONTEXT_KERNEL: dict[str, str] = {}
 
 
-def split_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       splits: int) -> torch.Tensor:
-    """Decode attention of ``q`` [b, kv_heads, group, d] over ``k``/``v`` [b, kv_heads,
-    n, d] (slices of a cache whose batch stride is kv_heads times its head stride),
-    split along the keys into ``splits`` parts computed in parallel and merged by their
-    log-sum-exp, as serving engines' decode kernels do at long context."""
-    b, hkv, g, d = q.shape
-    n = k.shape[2]
-    length = n // max(1, splits)
-    main = length * splits
-    qf = q.reshape(b * hkv, 1, g, d)
-    outs, lses = [], []
-    if length > 0:
-        def parts(t: torch.Tensor) -> torch.Tensor:
-            return t[:, :, :main].flatten(0, 1).view(b * hkv, splits, length, d)
-        o, lse = partial_attention(qf.expand(b * hkv, splits, g, d).contiguous(),
-                                   parts(k), parts(v), False)
-        outs.append(o)
-        lses.append(lse)
-    if main < n:
-        o, lse = partial_attention(qf, k[:, :, main:].flatten(0, 1).unsqueeze(1),
-                                   v[:, :, main:].flatten(0, 1).unsqueeze(1), False)
-        outs.append(o)
-        lses.append(lse)
-    weights = torch.softmax(torch.cat(lses, 1), dim=1).unsqueeze(-1)
-    merged = (torch.cat(outs, 1).float() * weights).sum(1)
-    return merged.to(q.dtype).view(b, hkv, g, d)
+def _context_attention(q: torch.Tensor, k: torch.Tensor,
+                       v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unmasked attention of the chunk's queries [1, Hq, T, d] against cached K/V
+    [1, Hkv, c, d], with its log-sum-exp. No mask, so the ``group`` query heads that share
+    a KV head can be stacked as ``group * T`` query rows of one head: the kernel reads
+    each cached K/V once, with no grouped-head support needed."""
+    if q.device.type != "cuda":
+        return _reference_attention(q, k, v, False)
+    b, hq, t, d = q.shape
+    hkv = k.shape[1]
+    qf = q.reshape(b, hkv, (hq // hkv) * t, d)
+    if CONTEXT_KERNEL.get("kernel") != "flash":
+        try:
+            r = torch.ops.aten._scaled_dot_product_cudnn_attention(
+                qf, k, v, None, True, 0.0, False, False)
+            CONTEXT_KERNEL["kernel"] = "cudnn"
+            return r[0].reshape(b, hq, t, d), r[1].reshape(b, hq, t)
+        except RuntimeError as e:
+            if CONTEXT_KERNEL.get("kernel") == "cudnn":
+                raise
+            log.warning("cuDNN attention unavailable (%s); flash attention instead", e)
+            CONTEXT_KERNEL["kernel"] = "flash"
+    r = torch.ops.aten._scaled_dot_product_flash_attention(qf, k, v, 0.0, False)
+    return r[0].reshape(b, hq, t, d), r[1].reshape(b, hq, t)
 
 
-def decode_split_kv(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
-                    v_cache: list[torch.Tensor], pos: int) -> torch.Tensor:
-    """:meth:`Decoder.decode` with split-KV attention (:func:`split_kv_attention`).
+def _chunk_attention(q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention of a chunk [1, Hq, T, d] against its own K/V [1, Hkv, T, d], with
+    its log-sum-exp (flash attention reads grouped K/V heads in place)."""
+    if q.device.type != "cuda":
+        return _reference_attention(q, k, v, True)
+    r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)
+    return r[0], r[1]
 
-    A decode attention of one query row group per (sequence, KV head) has too little
-    parallelism for a long cache: at batch 1 an 8-KV-head model would stream its whole
-    cache through 8 multiprocessors. Engines split the keys instead (FlashAttention's
-    split-KV path, FlashInfer's decode kernels); this step does the same.
+
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention of a chunk's queries [1, Hq, T, d] over ``k``/``v`` [1, Hkv, c + T, d]:
+    every cached key of the first ``c`` and, causally, the chunk's own ``T``.
+
+    The two parts run as two kernels, merged by their log-sum-exp (the split-softmax
+    identity flash attention itself is built on): the chunk's causal square, which the
+    chunk also pays with no context, and the unmasked ``T x c`` block against the cache,
+    the cost that grows with context.
     """
+    t = q.shape[2]
+    c = k.shape[2] - t
+    o_sq, l_sq = _chunk_attention(q, k[:, :, c:], v[:, :, c:])
+    if c == 0:
+        return o_sq
+    o_ctx, l_ctx = _context_attention(q, k[:, :, :c], v[:, :, :c])
+    w = torch.softmax(torch.stack([l_ctx, l_sq]), dim=0).unsqueeze(-1)
+    return (w[0] * o_ctx.float() + w[1] * o_sq.float()).to(q.dtype)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Decode attention of ``q`` [b, kv_heads, group, d] (the query heads that share a KV
+    head as rows) over ``k``/``v`` [b, kv_heads, n, d], as two batched matrix products
+    that stream the cache once each.
+
+    A fused attention kernel gives each (sequence, KV head) one block of the GPU: at
+    batch 1 an 8-KV-head model would stream a long cache through 8 of 132
+    multiprocessors. Serving engines split the keys across blocks (FlashAttention's
+    split-KV decode, FlashInfer); the matrix products are split across the keys by the
+    BLAS library in the same way.
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    # Softmax in float32 inside the kernel, probabilities stored at the input's width.
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def decode_long(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
+                v_cache: list[torch.Tensor], pos: int) -> torch.Tensor:
+    """:meth:`Decoder.decode` with :func:`decode_attention`, for long contexts."""
     s = dec.shape
     b = x.shape[0]
     hq, hkv, d = s.num_heads, s.num_kv_heads, s.head_dim
-    group = hq // hkv
     n = pos + 1
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count \
-        if x.device.type == "cuda" else 1
-    splits = kv_splits(b * hkv, n, sms)
     cos, sin = dec._cos_sin(torch.full((1,), pos, device=x.device, dtype=torch.long))
 
     def attend(li: int, ly: object, qkv: torch.Tensor) -> torch.Tensor:
@@ -321,8 +334,8 @@ def decode_split_kv(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
         q, k = dec.kernels.rope_qk(q.view(b, hq, 1, d), k.view(b, hkv, 1, d), cos, sin)
         k_cache[li][:b, :, pos:n] = k
         v_cache[li][:b, :, pos:n] = v.view(b, hkv, 1, d)
-        out = split_kv_attention(q.view(b, hkv, group, d), k_cache[li][:b, :, :n],
-                                 v_cache[li][:b, :, :n], splits)
+        out = decode_attention(q.view(b, hkv, hq // hkv, d), k_cache[li][:b, :, :n],
+                               v_cache[li][:b, :, :n])
         return out.reshape(b, hq * d)
 
     h = dec._blocks(x, attend)
@@ -336,8 +349,8 @@ def prefill_chunk(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
     ``x`` [T, hidden] holds positions ``start .. start+T-1``; the caches are
     [1, kv_heads, >= start+T, head_dim] per layer. The chunk's K/V are written at their
     positions (as an engine writes its paged cache) and its queries attend to all
-    ``start + T`` cached positions, causally among themselves (the bottom-right-aligned
-    mask of :func:`partial_attention`), as a chunked-prefill engine computes it.
+    ``start + T`` cached positions, causally among themselves
+    (:func:`prefill_attention`), as a chunked-prefill engine computes it.
     Returns the last position's logits, like :meth:`Decoder.prefill`.
     """
     s = dec.shape
@@ -352,8 +365,8 @@ def prefill_chunk(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
                                    k.view(t, hkv, d).transpose(0, 1), cos, sin)
         k_cache[li][0, :, start:end] = k
         v_cache[li][0, :, start:end] = v.view(t, hkv, d).transpose(0, 1)
-        out, _ = partial_attention(q.unsqueeze(0), k_cache[li][:, :, :end],
-                                   v_cache[li][:, :, :end], True)
+        out = prefill_attention(q.unsqueeze(0), k_cache[li][:, :, :end],
+                                v_cache[li][:, :, :end])
         return out[0].transpose(0, 1).reshape(t, hq * d)
 
     h = dec._blocks(x, attend)
@@ -428,13 +441,17 @@ def _long_context(dec: Decoder, plan: ModelPlan, full_layers: int, st: Settings,
         ks, vs = new_kv_cache(dec.shape, max(fit), ctx, device=dec.device, dtype=dec.dtype)
         row = {}
         for b in fit:
-            step, head = _decode_ms(dec, ks, vs, b, ctx, st, timer, decode_split_kv)
+            step, head = _decode_ms(dec, ks, vs, b, ctx, st, timer, decode_long)
             row[str(b)] = pm.scale_layers(step, head, layers, full_layers)
         dctx[str(ctx)] = row
         log.info("Decode %s at context %d: %s", mode, ctx,
                  {b: round(v, 3) for b, v in row.items()})
         del ks, vs
         _empty_cache(dec.device)
+    if CONTEXT_KERNEL:
+        notes.append(f"{mode}: attention against cached context ran on "
+                     f"{CONTEXT_KERNEL['kernel']}; decode at long context as two batched "
+                     "matrix products (profile.decode_attention)")
     return ctx_ms, chunked, dctx
 
 

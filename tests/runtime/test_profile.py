@@ -207,7 +207,7 @@ def test_profile_scales_a_partial_depth_run_to_the_full_model(tmp_path) -> None:
     assert p["fp8_recommended"] is False
 
 
-# --- long context: chunked prefill after cached context, split-KV decode -------------------------
+# --- long context: chunked prefill after cached context, long decode --------------------------------
 def test_chunked_prefill_computes_the_full_prefill() -> None:
     torch = pytest.importorskip("torch")
     from slo_runtime.decoder import Decoder, new_kv_cache
@@ -232,40 +232,50 @@ def test_chunked_prefill_computes_the_full_prefill() -> None:
     assert float((alone - want).norm() / want.norm()) > 1e-2
 
 
-@pytest.mark.parametrize(("keys", "splits"), [(37, 3), (40, 4), (5, 8), (100, 1)],
-                         ids=["remainder", "even", "shorter-than-splits", "one-split"])
-def test_split_kv_attention_is_attention(keys: int, splits: int) -> None:
+def test_prefill_attention_merges_context_and_chunk() -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    from slo_runtime.profile import prefill_attention
+
+    q = torch.randn(1, 4, 8, 16)
+    k, v = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16)   # 32 cached, 8 in the chunk
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(8, 40),
+                                          enable_gqa=True)
+    assert float((prefill_attention(q, k, v) - want).norm() / want.norm()) < 1e-5
+    square = F.scaled_dot_product_attention(q, k[:, :, 32:], v[:, :, 32:], is_causal=True,
+                                            enable_gqa=True)
+    assert torch.allclose(prefill_attention(q, k[:, :, 32:], v[:, :, 32:]), square, atol=1e-5)
+
+
+def test_decode_attention_is_grouped_query_attention() -> None:
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
-    from slo_runtime.profile import split_kv_attention
+    from slo_runtime.profile import decode_attention
 
     q = torch.randn(2, 2, 3, 16)
-    kc, vc = torch.randn(3, 2, keys + 4, 16), torch.randn(3, 2, keys + 4, 16)
-    k, v = kc[:2, :, :keys], vc[:2, :, :keys]       # slices of a larger cache, as in decode
+    kc, vc = torch.randn(3, 2, 44, 16), torch.randn(3, 2, 44, 16)
+    k, v = kc[:2, :, :37], vc[:2, :, :37]           # slices of a larger cache, as in decode
     want = F.scaled_dot_product_attention(q, k, v)
-    got = split_kv_attention(q, k, v, splits)
-    assert float((got - want).norm() / want.norm()) < 1e-5
+    assert float((decode_attention(q, k, v) - want).norm() / want.norm()) < 1e-5
 
 
-def test_split_kv_decode_step_equals_the_decode_step() -> None:
+def test_long_context_decode_step_equals_the_decode_step() -> None:
     torch = pytest.importorskip("torch")
     from slo_runtime.decoder import Decoder, new_kv_cache
-    from slo_runtime.profile import MIN_KV_SPLIT, decode_split_kv, kv_splits
+    from slo_runtime.profile import decode_long
 
     shape = ModelShape.from_config(TINY_CFG, "tiny")
     dec = Decoder.build(shape, dtype=torch.float32, seed=9)
-    ctx = 3 * MIN_KV_SPLIT + 5
+    ctx = 300
     ks, vs = new_kv_cache(shape, 3, ctx, device="cpu", dtype=torch.float32)
     x = torch.randn(2, shape.hidden_size)
     want = dec.decode(x, ks, vs, ctx)
-    got = decode_split_kv(dec, x, ks, vs, ctx)
+    got = decode_long(dec, x, ks, vs, ctx)
     assert float((got - want).norm() / want.norm()) < 1e-5
-    assert kv_splits(parallel=4, keys=ctx + 1, processors=1) == 1
-    # Few (sequence, KV head) problems on many processors: split, but not below the minimum.
-    assert kv_splits(parallel=8, keys=65536, processors=132) == 33
-    assert kv_splits(parallel=8, keys=4 * MIN_KV_SPLIT, processors=132) == 4
-    assert kv_splits(parallel=1024, keys=65536, processors=132) == 1
+    assert float((decode_long(dec, x, ks, vs, ctx - 1) - want).norm() / want.norm()) > 1e-2
 
 
 def test_long_context_plan_needs_contexts_that_are_whole_chunks() -> None:

@@ -61,9 +61,11 @@ SPEED_MIN_REQUESTS = 20.0  # requests finished in the window
 HISTORY_COVERAGE = 0.9
 MAX_TOKENS_PER_REQUEST = 10_000_000.0
 MAX_NEED = 1_000_000.0  # replicas; beyond any bound a policy can set (1000)
-# Request shape smoothing: a window of SHAPE_REQUESTS requests moves the mean halfway.
+# Request shape smoothing per decision: a window of SHAPE_REQUESTS requests moves the mean
+# by its weight, at most a fifth (long-tailed prompt lengths make one window's mean noisy:
+# a log-normal of sigma 1.8 has a CV near 5, so 700 requests still leave 20% of noise).
 SHAPE_REQUESTS = 100.0
-SHAPE_ALPHA_MIN, SHAPE_ALPHA_MAX = 0.05, 0.5
+SHAPE_ALPHA_MIN, SHAPE_ALPHA_MAX = 0.05, 0.2
 # A burst: the rate rose from at most this share of its peak within a cold start.
 BURST_RISE = 0.5
 # Burst noise: quantile of successive rate differences, and its value in deviations.
