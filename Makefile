@@ -31,7 +31,8 @@ demo: venv
 	$(BIN)/slo-operator demo $(DEMO_ARGS)
 
 bench: venv
-	$(BIN)/slo-operator bench --trace azure-code,azure-conv $(BENCH_ARGS)
+	$(BIN)/slo-operator bench --trace azure-code,azure-conv --trace servegen-day --trace ramp \
+		--trace long-context --trace tight-itl --jobs 2 --out docs/bench $(BENCH_ARGS)
 
 render: venv
 	$(BIN)/slo-operator render -f examples/llama-8b-h100.yaml

@@ -255,24 +255,10 @@ def _context_attention(q: torch.Tensor, k: torch.Tensor,
     [1, Hkv, c, d], with its log-sum-exp. No mask, so the ``group`` query heads that share
     a KV head can be stacked as ``group * T`` query rows of one head: the kernel reads
     each cached K/V once, with no grouped-head support needed."""
-    if q.device.type != "cuda":
-        return _reference_attention(q, k, v, False)
     b, hq, t, d = q.shape
     hkv = k.shape[1]
-    qf = q.reshape(b, hkv, (hq // hkv) * t, d)
-    if CONTEXT_KERNEL.get("kernel") != "flash":
-        try:
-            r = torch.ops.aten._scaled_dot_product_cudnn_attention(
-                qf, k, v, None, True, 0.0, False, False)
-            CONTEXT_KERNEL["kernel"] = "cudnn"
-            return r[0].reshape(b, hq, t, d), r[1].reshape(b, hq, t)
-        except RuntimeError as e:
-            if CONTEXT_KERNEL.get("kernel") == "cudnn":
-                raise
-            log.warning("cuDNN attention unavailable (%s); flash attention instead", e)
-            CONTEXT_KERNEL["kernel"] = "flash"
-    r = torch.ops.aten._scaled_dot_product_flash_attention(qf, k, v, 0.0, False)
-    return r[0].reshape(b, hq, t, d), r[1].reshape(b, hq, t)
+    o, lse = _fused_attention(q.reshape(b, hkv, (hq // hkv) * t, d), k, v)
+    return o.reshape(b, hq, t, d), lse.reshape(b, hq, t)
 
 
 def _chunk_attention(q: torch.Tensor, k: torch.Tensor,
@@ -304,29 +290,89 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     return (w[0] * o_ctx.float() + w[1] * o_sq.float()).to(q.dtype)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+# Smallest KV split of the split-KV decode: shorter splits cost more in the merge than
+# they gain in parallelism (FlashAttention's heuristic likewise keeps a split at least a
+# few 128-key blocks long).
+MIN_KV_SPLIT = 512
+
+
+def kv_splits(parallel: int, keys: int, processors: int) -> int:
+    """KV splits of a decode attention with ``parallel`` (sequence, KV head) problems over
+    ``keys`` cached keys: enough for two blocks per multiprocessor, none shorter than
+    ``MIN_KV_SPLIT`` (the split-KV, "flash-decoding", scheme of FlashAttention's
+    ``num_splits_heuristic`` in ``csrc/flash_attn/flash_api.cpp``, simplified)."""
+    want = -(-2 * processors // max(1, parallel))
+    return max(1, min(want, keys // MIN_KV_SPLIT))
+
+
+def _fused_attention(q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unmasked attention with its log-sum-exp, ``q`` [B, H, L, d] against ``k``/``v``
+    [B, H, S, d]: cuDNN's fused kernel on CUDA (flash where cuDNN refuses), else the
+    float32 reference."""
+    if q.device.type != "cuda":
+        return _reference_attention(q, k, v, False)
+    if CONTEXT_KERNEL.get("kernel") != "flash":
+        try:
+            r = torch.ops.aten._scaled_dot_product_cudnn_attention(
+                q, k, v, None, True, 0.0, False, False)
+            CONTEXT_KERNEL["kernel"] = "cudnn"
+            return r[0], r[1].reshape(q.shape[:3])
+        except RuntimeError as e:
+            if CONTEXT_KERNEL.get("kernel") == "cudnn":
+                raise
+            log.warning("cuDNN attention unavailable (%s); flash attention instead", e)
+            CONTEXT_KERNEL["kernel"] = "flash"
+    r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False)
+    return r[0], r[1].reshape(q.shape[:3])
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     splits: int) -> torch.Tensor:
     """Decode attention of ``q`` [b, kv_heads, group, d] (the query heads that share a KV
-    head as rows) over ``k``/``v`` [b, kv_heads, n, d], as two batched matrix products
-    that stream the cache once each.
+    head as rows) over ``k``/``v`` [b, kv_heads, n, d] (slices of a cache whose batch
+    stride is kv_heads times its head stride), split along the keys into ``splits``
+    parts computed in parallel and merged by their log-sum-exp.
 
     A fused attention kernel gives each (sequence, KV head) one block of the GPU: at
     batch 1 an 8-KV-head model would stream a long cache through 8 of 132
-    multiprocessors. Serving engines split the keys across blocks (FlashAttention's
-    split-KV decode, FlashInfer); the matrix products are split across the keys by the
-    BLAS library in the same way.
+    multiprocessors. Serving engines split the keys (FlashAttention's split-KV decode,
+    FlashInfer); so does this.
     """
-    scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    # Softmax in float32 inside the kernel, probabilities stored at the input's width.
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    b, hkv, g, d = q.shape
+    n = k.shape[2]
+    length = n // max(1, splits)
+    main = length * splits
+    qf = q.reshape(b * hkv, 1, g, d)
+    outs, lses = [], []
+    if length > 0:
+        def parts(t: torch.Tensor) -> torch.Tensor:
+            return t[:, :, :main].flatten(0, 1).view(b * hkv, splits, length, d)
+        o, lse = _fused_attention(qf.expand(b * hkv, splits, g, d).contiguous(),
+                                  parts(k), parts(v))
+        outs.append(o)
+        lses.append(lse)
+    if main < n:
+        o, lse = _fused_attention(qf, k[:, :, main:].flatten(0, 1).unsqueeze(1),
+                                  v[:, :, main:].flatten(0, 1).unsqueeze(1))
+        outs.append(o)
+        lses.append(lse)
+    weights = torch.softmax(torch.cat(lses, 1), dim=1).unsqueeze(-1)
+    merged = (torch.cat(outs, 1).float() * weights).sum(1)
+    return merged.to(q.dtype).view(b, hkv, g, d)
 
 
 def decode_long(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
                 v_cache: list[torch.Tensor], pos: int) -> torch.Tensor:
-    """:meth:`Decoder.decode` with :func:`decode_attention`, for long contexts."""
+    """:meth:`Decoder.decode` with the split-KV :func:`decode_attention`, for long
+    contexts (splits from :func:`kv_splits` for this GPU's multiprocessors)."""
     s = dec.shape
     b = x.shape[0]
     hq, hkv, d = s.num_heads, s.num_kv_heads, s.head_dim
     n = pos + 1
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count \
+        if x.device.type == "cuda" else 1
+    splits = kv_splits(b * hkv, n, sms)
     cos, sin = dec._cos_sin(torch.full((1,), pos, device=x.device, dtype=torch.long))
 
     def attend(li: int, ly: object, qkv: torch.Tensor) -> torch.Tensor:
@@ -335,7 +381,7 @@ def decode_long(dec: Decoder, x: torch.Tensor, k_cache: list[torch.Tensor],
         k_cache[li][:b, :, pos:n] = k
         v_cache[li][:b, :, pos:n] = v.view(b, hkv, 1, d)
         out = decode_attention(q.view(b, hkv, hq // hkv, d), k_cache[li][:b, :, :n],
-                               v_cache[li][:b, :, :n])
+                               v_cache[li][:b, :, :n], splits)
         return out.reshape(b, hq * d)
 
     h = dec._blocks(x, attend)
@@ -449,9 +495,8 @@ def _long_context(dec: Decoder, plan: ModelPlan, full_layers: int, st: Settings,
         del ks, vs
         _empty_cache(dec.device)
     if CONTEXT_KERNEL:
-        notes.append(f"{mode}: attention against cached context ran on "
-                     f"{CONTEXT_KERNEL['kernel']}; decode at long context as two batched "
-                     "matrix products (profile.decode_attention)")
+        notes.append(f"{mode}: attention against cached context and the split-KV decode "
+                     f"attention ran on {CONTEXT_KERNEL['kernel']}")
     return ctx_ms, chunked, dctx
 
 

@@ -207,7 +207,7 @@ def test_profile_scales_a_partial_depth_run_to_the_full_model(tmp_path) -> None:
     assert p["fp8_recommended"] is False
 
 
-# --- long context: chunked prefill after cached context, long decode --------------------------------
+# --- long context: chunked prefill after cached context, long decode -------------------------
 def test_chunked_prefill_computes_the_full_prefill() -> None:
     torch = pytest.importorskip("torch")
     from slo_runtime.decoder import Decoder, new_kv_cache

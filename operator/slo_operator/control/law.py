@@ -75,6 +75,9 @@ NOISE_SCALE = 1.627
 # of their time decodes), and the short window is what a scrape-resolution peak spans.
 BURST_UTILIZATION = 0.9
 SHORT_WINDOW_S = 30.0
+# Fixed-point rounds of a scale-in's prefix-cache share (estimate_need): two move it
+# within a few percent of its fixed point for the ratios a scale-in has.
+SCALE_IN_CACHE_ROUNDS = 3
 # Scale-in from the error budget: with more than BUDGET_RICH of the period's budget left
 # and a load that is not bursty, a scale-in waits SCALE_IN_FAST of the policy's window
 # (and burst peaks are remembered as long); at BUDGET_THIN or less, the whole window.
@@ -484,6 +487,18 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     correction = _correct(state.correction, err, settling)
     load = demand.total * correction / per_replica if per_replica > 0 \
         else float(policy.max_replicas)
+    # Fewer replicas hold fewer prefixes: the prefix cache's hits shrink with the replicas
+    # (the cache is the replicas' free KV; the conversations it must hold stay). A scale-in
+    # is planned with the hit share scaled to the replicas it leaves (a few fixed-point
+    # rounds), so it does not count on hits that leave with the replicas.
+    cached = model.cached
+    for _ in range(SCALE_IN_CACHE_ROUNDS):
+        if not (cached > 0 and 0 < load < cur and per_replica > 0):
+            break
+        cached = model.cached * max(load, 1.0) / cur
+        per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
+                                    cached_share=cached)
+        load = demand.total * correction / per_replica
     peak = demand.arrivals + demand.excess if demand.peak is not None else 0.0
     burst = 0.0
     if peak > 0 and demand.total > 0:
