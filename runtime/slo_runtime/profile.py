@@ -243,9 +243,10 @@ def _reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return (torch.softmax(scores, -1) @ vf).to(q.dtype), lse
 
 
-# Which CUDA kernel ran the attention against cached context ("cudnn" or "flash"); the
-# profile notes it. cuDNN's fused attention is PyTorch's default SDPA kernel on Hopper
-# and the one the plain prefill (``Decoder.prefill``) runs.
+# Which CUDA kernel ran the unmasked attention (against cached context, and the decode
+# splits): "cudnn", or "flash" where cuDNN refused; the profile notes it. On the H200
+# cuDNN ran a chunk's attention against 64k cached tokens at 560-600 TFLOP/s, flash
+# attention with a bottom-right causal mask at 340 (docs/profile-format.md).
 CONTEXT_KERNEL: dict[str, str] = {}
 
 

@@ -119,3 +119,22 @@ def attention_ms_per_token2(prefill_ctx_ms: Mapping[str, Mapping[str, float]]) -
             continue
         pts += [(int(chunk) * c, t - times[0]) for c, t in times.items() if c > 0]
     return max(0.0, slope_through_origin(pts))
+
+
+def kv_ms_per_token(decode_ctx_ms: Mapping[str, Mapping[str, float]]) -> float:
+    """ms per cached token read in a decode step, fitted from ``{ctx: {batch: ms}}``.
+
+    A step of ``b`` sequences at context ``C`` costs the same step at the shortest
+    measured context ``C0`` plus the read of ``b * (C - C0)`` more cached tokens. Least
+    squares through the origin of the extra time against those extra tokens, over every
+    batch measured at both contexts; 0 without such a pair.
+    """
+    if not decode_ctx_ms:
+        return 0.0
+    rows = {int(c): {int(b): float(t) for b, t in row.items()}
+            for c, row in decode_ctx_ms.items()}
+    c0 = min(rows)
+    base = rows[c0]
+    pts = [(b * (c - c0), t - base[b]) for c, row in rows.items() if c > c0
+           for b, t in row.items() if b in base]
+    return max(0.0, slope_through_origin(pts))

@@ -249,17 +249,30 @@ def test_prefill_attention_merges_context_and_chunk() -> None:
     assert torch.allclose(prefill_attention(q, k[:, :, 32:], v[:, :, 32:]), square, atol=1e-5)
 
 
-def test_decode_attention_is_grouped_query_attention() -> None:
+@pytest.mark.parametrize(("keys", "splits"), [(37, 3), (40, 4), (5, 8), (100, 1)],
+                         ids=["remainder", "even", "shorter-than-splits", "one-split"])
+def test_split_kv_decode_attention_is_attention(keys: int, splits: int) -> None:
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
 
     from slo_runtime.profile import decode_attention
 
     q = torch.randn(2, 2, 3, 16)
-    kc, vc = torch.randn(3, 2, 44, 16), torch.randn(3, 2, 44, 16)
-    k, v = kc[:2, :, :37], vc[:2, :, :37]           # slices of a larger cache, as in decode
+    kc, vc = torch.randn(3, 2, keys + 4, 16), torch.randn(3, 2, keys + 4, 16)
+    k, v = kc[:2, :, :keys], vc[:2, :, :keys]       # slices of a larger cache, as in decode
     want = F.scaled_dot_product_attention(q, k, v)
-    assert float((decode_attention(q, k, v) - want).norm() / want.norm()) < 1e-5
+    got = decode_attention(q, k, v, splits)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_kv_splits_fill_the_processors_without_short_splits() -> None:
+    pytest.importorskip("torch")
+    from slo_runtime.profile import MIN_KV_SPLIT, kv_splits
+
+    assert kv_splits(parallel=8, keys=65536, processors=132) == 33
+    assert kv_splits(parallel=8, keys=4 * MIN_KV_SPLIT, processors=132) == 4
+    assert kv_splits(parallel=1024, keys=65536, processors=132) == 1
+    assert kv_splits(parallel=4, keys=100, processors=132) == 1
 
 
 def test_long_context_decode_step_equals_the_decode_step() -> None:

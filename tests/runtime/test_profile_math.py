@@ -40,3 +40,15 @@ def test_attention_coefficient_needs_the_chunk_without_context() -> None:
     assert pm.attention_ms_per_token2({}) == 0.0
     # Noise that makes context look free is not a negative cost.
     assert pm.attention_ms_per_token2({"2048": {"0": 50.0, "8192": 49.0}}) == 0.0
+
+
+def test_kv_read_cost_is_fitted_against_the_shortest_context() -> None:
+    k = 3e-5     # ms per cached token
+    table = {str(c): {str(b): 5.0 + 0.01 * b + k * b * c for b in (1, 8)}
+             for c in (1024, 32768, 65536)}
+    assert pm.kv_ms_per_token(table) == pytest.approx(k)
+    # A batch measured only at a long context has no baseline and is left out.
+    table["65536"]["64"] = 1e6
+    assert pm.kv_ms_per_token(table) == pytest.approx(k)
+    assert pm.kv_ms_per_token({"1024": {"1": 5.0}}) == 0.0
+    assert pm.kv_ms_per_token({}) == 0.0

@@ -422,8 +422,8 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     backlog = waiting / max(policy.backlog_drain_s + policy.cold_start_s, 1.0)
     total = 0.0 if idle else arrivals + burst + backlog
     return Demand(arrivals=arrivals, source=source, burst=burst, burst_kind=kind,
-                  backlog=backlog, total=total, peak=peak, excess=excess, shape=_shape(rates, now, policy),
-                  rates=rates_next, peaks=peaks_next)
+                  backlog=backlog, total=total, peak=peak, excess=excess,
+                  shape=_shape(rates, now, policy), rates=rates_next, peaks=peaks_next)
 
 
 def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> float:

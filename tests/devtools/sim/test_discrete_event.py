@@ -54,7 +54,9 @@ def test_long_prompt_is_chunked_under_the_token_budget() -> None:
     prompt, budget = 5000, 2048
     svc = serve([Request(0.0, prompt, 1)], max_num_batched_tokens=budget)
     chunks = [budget, budget, prompt - 2 * budget]
-    want = sum(MODEL.step_ms(0, None, c) for c in chunks) / 1e3
+    # Each chunk attends to the chunks before it, already in the KV cache.
+    want = sum(MODEL.step_ms(0, None, c, prefill_context=i * budget)
+               for i, c in enumerate(chunks)) / 1e3
     assert svc.finished[0].first == pytest.approx(want, rel=1e-9)
 
 
@@ -66,7 +68,8 @@ def test_chunked_prefill_sets_inter_token_latency_not_replica_count() -> None:
     svc = serve(reqs, max_num_batched_tokens=budget)
     worst_bin = max(i for b in svc.itl_bins.values() for i, c in enumerate(b) if c)
     worst = (worst_bin + 1) * 0.0005
-    bound = MODEL.max_step_ms(budget, 1, 100 + 400) / 1e3
+    # The longest step: a full chunk late in a 3000-token prompt (its earlier chunks cached).
+    bound = MODEL.max_step_ms(budget, 1, 100 + 400, prefill_context=3000) / 1e3
     assert worst <= bound + 0.0005
     assert worst >= MODEL.step_ms(1, 100, budget - 1) / 1e3 - 0.0005
 

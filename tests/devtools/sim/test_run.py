@@ -50,7 +50,7 @@ def test_replicas_run_the_true_model_while_policies_see_the_profile() -> None:
 
 def test_attainment_after_warm_up_leaves_out_the_first_windows() -> None:
     # An overload in the first two minutes, light load after: only early windows miss.
-    burst = [Request(i * 0.01, 3000, 200, "chat") for i in range(6000)]
+    burst = [Request(i * 0.01, 3000, 200, "chat") for i in range(3000)]
     tr = Trace("b", tuple(sorted(burst + list(light().requests), key=lambda r: r.t)), 1800.0)
     wl = Workload("w", tr, (Tenant("chat", step_model(), OBJ),))
     run = simulate(wl, {"chat": Static(1)})

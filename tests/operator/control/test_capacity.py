@@ -148,6 +148,11 @@ def test_seed_is_the_shared_step_model_of_the_packaged_profile(key: tuple[float,
     assert seed.base_ms == pytest.approx(fit.base_ms, rel=0.01)
     assert seed.per_seq_ms == pytest.approx(fit.per_seq_ms, rel=0.01)
     assert seed.prefill_ms_per_token == pytest.approx(fit.prefill_ms_per_token, rel=0.01)
+    assert seed.kv_ms_per_token == pytest.approx(fit.kv_ms_per_token, rel=0.01)
+    assert seed.floor_ms == pytest.approx(fit.floor_ms, rel=0.01)
+    assert seed.kv_tokens == pytest.approx(fit.kv_tokens, rel=0.01)
+    if fit.attn_ms_per_token2 > 0:  # measured for the 8B shape; 70B scales it (documented)
+        assert seed.attn_ms_per_token2 == pytest.approx(fit.attn_ms_per_token2, rel=0.01)
 
 
 def test_seed_comes_from_the_nearest_measured_size() -> None:
