@@ -13,11 +13,11 @@ class ControlPolicy:
     """Everything the control law reads from the user's objects (plain values; their
     defaults are the CRD's, applied when the SLOPolicy is read), plus tuning constants."""
 
-    # Objectives (milliseconds; jitter as a coefficient of variation).
+    # Objectives (milliseconds). Jitter is judged by the SLO evaluation (slo.evaluate), not
+    # controlled; priority and tenancy are the fleet step's (control.arbitrate).
     e2e_target_ms: float
     ttft_target_ms: float
     itl_target_ms: float | None
-    jitter_max: float
     window_s: float
     # Scaling.
     min_replicas: int
@@ -26,13 +26,11 @@ class ControlPolicy:
     scale_down_stabilization_s: float
     max_scale_up_step: int
     max_scale_down_step: int
-    scale_to_zero: bool
     # Batching: live | restart | off.
     batching_mode: str
     min_batch: int
     max_batch: int
     # Fleet.
-    priority: int
     gpu_budget: int | None
     # Capacity seed for the service's hardware class and precision (None: built-in seed).
     step_times: StepTimes | None
@@ -71,7 +69,6 @@ def policy_for(
         e2e_target_ms=float(o.e2e_latency_ms),
         ttft_target_ms=float(o.ttft_ms),
         itl_target_ms=None if o.inter_token_latency_ms is None else float(o.inter_token_latency_ms),
-        jitter_max=float(o.throughput_cv_max),
         window_s=float(parse_duration(spec.window)),
         min_replicas=lo,
         max_replicas=hi,
@@ -79,11 +76,9 @@ def policy_for(
         scale_down_stabilization_s=float(parse_duration(s.scale_down_stabilization)),
         max_scale_up_step=s.max_scale_up_step,
         max_scale_down_step=s.max_scale_down_step,
-        scale_to_zero=s.scale_to_zero,
         batching_mode=b.mode,
         min_batch=b.min_batch,
         max_batch=b.max_batch,
-        priority=spec.priority,
         gpu_budget=spec.gpu_budget,
         step_times=step_times,
     )

@@ -154,7 +154,7 @@ def test_an_idle_service_goes_to_its_minimum_after_the_window() -> None:
 
 
 def test_with_min_replicas_zero_an_idle_service_scales_to_zero_and_stays() -> None:
-    loop = settled(1, policy=make_policy(min_replicas=0, scale_to_zero=True), rate=5.0)
+    loop = settled(1, policy=make_policy(min_replicas=0), rate=5.0)
     ds = loop.run(400, **IDLE)
     assert moves(ds, 1) == [(0, R.SCALED_TO_ZERO_REASON)]
     # At zero nothing serves and no series exist: no bring-up below minReplicas.
@@ -299,7 +299,7 @@ def test_missing_data_holds_the_last_good_decision(signals: dict[str, Any], reas
                          [MetricsState.STALE, MetricsState.UNAVAILABLE, MetricsState.EMPTY])
 def test_missing_data_never_scales_running_replicas_to_zero(state: MetricsState) -> None:
     # Status written while the service was at zero; replicas run again.
-    loop = Loop(replicas=3, policy=make_policy(min_replicas=0, scale_to_zero=True),
+    loop = Loop(replicas=3, policy=make_policy(min_replicas=0),
                 state=make_state(last_good_replicas=0))
     ds = loop.run(300, state=state, rate=None)
     assert {(d.valid, d.replicas) for d in ds} == {(False, 3)}
@@ -652,7 +652,7 @@ def observations(draw: st.DrawFn, now: float = T0) -> Observation:
 policies = st.builds(
     lambda mode, lo, span, itl, budget: make_policy(
         min_replicas=lo, max_replicas=max(1, lo + span), batching_mode=mode,
-        scale_to_zero=lo == 0, itl_target_ms=itl, gpu_budget=budget),
+        itl_target_ms=itl, gpu_budget=budget),
     st.sampled_from(["live", "restart", "off"]), st.integers(0, 3), st.integers(0, 10),
     st.one_of(st.none(), st.floats(min_value=5, max_value=500)),
     st.one_of(st.none(), st.integers(0, 40)),
