@@ -390,26 +390,31 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     sig = obs.signals
     arrivals, source = _arrivals(sig, state, now, policy.window_s)
     waiting = max(0.0, sig.waiting or 0.0)
-    memory = max(lookback_s, policy.window_s)
+    # The memory always spans the policy's whole lookback (what status keeps does not
+    # depend on the error budget); the budget's shorter lookback applies when reading it.
+    memory = max(policy.burst_lookback_s, policy.window_s)
+    recall = max(lookback_s, policy.window_s)
     kept = tuple((t, r) for t, r in state.rates if now - t <= memory)
-    rates = (*kept, (now, arrivals))
+    rates_all = (*kept, (now, arrivals))
+    rates = tuple((t, r) for t, r in rates_all if now - t <= recall)
     # Stored at most every quarter window, so a short cycle does not shorten the memory.
     recent_sample = bool(kept) and now - kept[-1][0] < policy.window_s / 4
-    rates_next = kept if recent_sample else rates[-MAX_RATES:]
+    rates_next = kept if recent_sample else rates_all[-MAX_RATES:]
     # Short bursts inside a window (the gateway's short-window peak over the window's
     # mean) are remembered as their excess, so a smooth ramp's level is never held up
     # as a burst and bursty load keeps its bursts planned for the lookback. They size
     # replicas for their prompts (``estimate_need``), not as sustained demand: a burst of
     # seconds needs its prompts prefilled within the first-token objective, and the
-    # planned utilisation's headroom absorbs the rest.
+    # planned utilisation's headroom absorbs the rest. Only excesses are stored (a
+    # window without one adds nothing to remember).
     peak = sig.arrival_peak_rate if sig.arrival_peak_rate is not None \
         and math.isfinite(sig.arrival_peak_rate) else None
     kept_peaks = tuple((t, r) for t, r in state.peaks if now - t <= memory)
     peaks_next = kept_peaks
     excess_now = 0.0 if peak is None else max(0.0, peak - arrivals)
-    if peak is not None and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
+    if excess_now > 0 and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
         peaks_next = (*kept_peaks, (now, excess_now))[-MAX_RATES:]
-    excess = max([r for _, r in kept_peaks] + [excess_now])
+    excess = max([r for t, r in kept_peaks if now - t <= recall] + [excess_now])
 
     noise = policy.burst_k * _noise([r for _, r in rates])
     top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals
