@@ -43,7 +43,8 @@ def test_every_field_of_the_policy_reaches_the_control_policy() -> None:
     st = StepTimes(10.0, 0.5, 0.05)
     p = policy_for(FULL, step_times=st)
     assert p == ControlPolicy(
-        e2e_target_ms=1234.0, ttft_target_ms=321.0, itl_target_ms=45.0, window_s=120.0, min_replicas=2, max_replicas=9, scale_up_stabilization_s=15.0,
+        e2e_target_ms=1234.0, ttft_target_ms=321.0, itl_target_ms=45.0, window_s=120.0,
+        min_replicas=2, max_replicas=9, scale_up_stabilization_s=15.0,
         scale_down_stabilization_s=600.0, max_scale_up_step=3, max_scale_down_step=2,
         batching_mode="restart", min_batch=4, max_batch=96, gpu_budget=12, step_times=st)
     assert p.step_times is st
