@@ -78,6 +78,10 @@ SHORT_WINDOW_S = 30.0
 # Fixed-point rounds of a scale-in's prefix-cache share (estimate_need): two move it
 # within a few percent of its fixed point for the ratios a scale-in has.
 SCALE_IN_CACHE_ROUNDS = 3
+# A short-window peak is remembered as its ratio over the window's mean, at most this
+# (a window's worth of requests arriving in one short window is 2x for 30 s in 60 s; ten
+# times the mean bounds what one quiet window before a burst can make of it).
+MAX_BURST_RATIO = 10.0
 # Scale-in from the error budget: with more than BUDGET_RICH of the period's budget left
 # and a load that is not bursty, a scale-in waits SCALE_IN_FAST of the policy's window
 # (and burst peaks are remembered as long); at BUDGET_THIN or less, the whole window.
@@ -121,7 +125,7 @@ class Demand:
     backlog: float
     total: float
     peak: float | None  # highest short-window arrival rate in the window (gateway)
-    excess: float  # highest short-window rate over its window's mean, over the lookback
+    excess: float  # short-window burst over the mean: the lookback's highest ratio x arrivals
     shape: str  # "bursty", "falling", "rising" or "steady"
     rates: tuple[tuple[float, float], ...]  # memory for the next cycle
     peaks: tuple[tuple[float, float], ...]
@@ -411,10 +415,14 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
         and math.isfinite(sig.arrival_peak_rate) else None
     kept_peaks = tuple((t, r) for t, r in state.peaks if now - t <= memory)
     peaks_next = kept_peaks
-    excess_now = 0.0 if peak is None else max(0.0, peak - arrivals)
-    if excess_now > 0 and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
-        peaks_next = (*kept_peaks, (now, excess_now))[-MAX_RATES:]
-    excess = max([r for t, r in kept_peaks if now - t <= recall] + [excess_now])
+    # Remembered relative to the window's mean (burstiness is the traffic's shape, not
+    # its level): a burst seen at a higher load scales down with the load, so the step up
+    # of a load that has since dropped holds no replicas.
+    ratio_now = 0.0 if peak is None or arrivals <= 0 \
+        else min(MAX_BURST_RATIO, max(0.0, peak / arrivals - 1.0))
+    if ratio_now > 0 and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
+        peaks_next = (*kept_peaks, (now, ratio_now))[-MAX_RATES:]
+    excess = arrivals * max([r for t, r in kept_peaks if now - t <= recall] + [ratio_now])
 
     noise = policy.burst_k * _noise([r for _, r in rates])
     top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals
