@@ -413,16 +413,13 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     # window without one adds nothing to remember).
     peak = sig.arrival_peak_rate if sig.arrival_peak_rate is not None \
         and math.isfinite(sig.arrival_peak_rate) else None
-    kept_peaks = tuple((t, r) for t, r in state.peaks if now - t <= memory)
-    peaks_next = kept_peaks
-    # Remembered relative to the window's mean (burstiness is the traffic's shape, not
-    # its level): a burst seen at a higher load scales down with the load, so the step up
-    # of a load that has since dropped holds no replicas.
+    # Only the window that shows it: a level change (a step up, or a drop) also shows a
+    # short-window peak over its window's mean, and remembering that would hold replicas
+    # for a load that has gone; recurring bursts show again in their own windows.
+    peaks_next: tuple[tuple[float, float], ...] = ()
     ratio_now = 0.0 if peak is None or arrivals <= 0 \
         else min(MAX_BURST_RATIO, max(0.0, peak / arrivals - 1.0))
-    if ratio_now > 0 and not (kept_peaks and now - kept_peaks[-1][0] < policy.window_s / 4):
-        peaks_next = (*kept_peaks, (now, ratio_now))[-MAX_RATES:]
-    excess = arrivals * max([r for t, r in kept_peaks if now - t <= recall] + [ratio_now])
+    excess = arrivals * ratio_now
 
     noise = policy.burst_k * _noise([r for _, r in rates])
     top = _burst_peak(rates, policy.cold_start_s + policy.window_s) - arrivals

@@ -38,7 +38,7 @@ class ControlState:
     limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
     limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
-    peaks: tuple[tuple[float, float], ...] = ()  # (time, short-window peak / window mean - 1)
+    peaks: tuple[tuple[float, float], ...] = ()  # read and kept from older status; not added to
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
