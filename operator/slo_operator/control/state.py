@@ -98,7 +98,7 @@ class ControlState:
             speed=_num(data.get("speed"), lo=0.05, hi=20.0) or 1.0,
             speed_key=str(data.get("speedKey") or ""),
             speed_samples=max(0, _int(data.get("speedSamples")) or 0),
-            model_error=_num(data.get("modelError"), lo=0.0, hi=1000.0),
+            model_error=_num(data.get("modelError"), lo=0.0),
             correction=_num(data.get("correction"), lo=0.1, hi=10.0) or 1.0,
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
