@@ -295,6 +295,20 @@ def run_workload(key: str, target_set: str, seed: int = 0,
 Run = tuple[str, str, str]  # (workload, target set, fleet)
 
 
+def check_names(traces: Sequence[str], target_sets: Sequence[str],
+                fleets: Sequence[str] = ()) -> None:
+    """Reject unknown workload, target-set or fleet names, naming the option."""
+    for f in fleets:
+        if f not in FLEETS:
+            raise ValueError(f"--fleet: unknown fleet {f!r}; known: {', '.join(FLEETS)}")
+    for t in traces:
+        if t not in TRACES:
+            raise ValueError(f"--trace: unknown workload {t!r}; known: {', '.join(TRACES)}")
+    for s in target_sets:
+        if s not in TARGETS:
+            raise ValueError(f"--targets: unknown set {s!r}; known: {', '.join(TARGETS)}")
+
+
 def runs(traces: Sequence[str] = TRACES, target_sets: Sequence[str] = tuple(TARGETS),
          fleets: Sequence[str] | None = None) -> list[Run]:
     """The (workload, target set, fleet) triples a report computes.
@@ -303,15 +317,7 @@ def runs(traces: Sequence[str] = TRACES, target_sets: Sequence[str] = tuple(TARG
     profile's fleet, and every workload on the mismatched fleets with the target sets of
     :data:`MISMATCHED_TARGETS` that were asked for. With ``fleets`` given: every
     combination."""
-    for t in traces:
-        if t not in TRACES:
-            raise ValueError(f"--trace: unknown workload {t!r}; known: {', '.join(TRACES)}")
-    for s in target_sets:
-        if s not in TARGETS:
-            raise ValueError(f"--targets: unknown set {s!r}; known: {', '.join(TARGETS)}")
-    for f in fleets or ():
-        if f not in FLEETS:
-            raise ValueError(f"--fleet: unknown fleet {f!r}; known: {', '.join(FLEETS)}")
+    check_names(traces, target_sets, fleets or ())
     if fleets is not None:
         return [(t, s, f) for f in fleets for t in traces for s in target_sets]
     out = [(t, s, PROFILE_FLEET) for t in traces for s in target_sets]

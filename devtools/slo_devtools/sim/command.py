@@ -12,11 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from slo_devtools.sim import fleet
 from slo_devtools.sim.bench import (
-    FLEETS,
     PROFILE_FLEET,
-    TARGETS,
-    TRACES,
     WorkloadResult,
+    check_names,
     run_workload,
     runs,
     steps_per_workload,
@@ -32,15 +30,7 @@ SCENARIOS = ("slo", "mixed-fleet")
 def check(traces: Sequence[str], target_sets: Sequence[str],
           fleets: Sequence[str] = ()) -> None:
     """Reject unknown workload, target-set or fleet names, naming the option."""
-    for f in fleets:
-        if f not in FLEETS:
-            raise ValueError(f"--fleet: unknown fleet {f!r}; known: {', '.join(FLEETS)}")
-    for t in traces:
-        if t not in TRACES:
-            raise ValueError(f"--trace: unknown workload {t!r}; known: {', '.join(TRACES)}")
-    for s in target_sets:
-        if s not in TARGETS:
-            raise ValueError(f"--targets: unknown set {s!r}; known: {', '.join(TARGETS)}")
+    check_names(traces, target_sets, fleets)
 
 
 # (workload key, target set, the workload if built, fleet)
