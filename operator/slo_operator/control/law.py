@@ -128,7 +128,6 @@ class Demand:
     excess: float  # short-window burst over the mean: the lookback's highest ratio x arrivals
     shape: str  # "bursty", "falling", "rising" or "steady"
     rates: tuple[tuple[float, float], ...]  # memory for the next cycle
-    peaks: tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -293,7 +292,6 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         limit_bias=move.bias,
         limits=limits,
         rates=demand.rates,
-        peaks=demand.peaks,
         prompt_tokens=model.prompt,
         output_tokens=model.output,
         cached_share=model.cached,
@@ -416,7 +414,6 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     # Only the window that shows it: a level change (a step up, or a drop) also shows a
     # short-window peak over its window's mean, and remembering that would hold replicas
     # for a load that has gone; recurring bursts show again in their own windows.
-    peaks_next: tuple[tuple[float, float], ...] = ()
     ratio_now = 0.0 if peak is None or arrivals <= 0 \
         else min(MAX_BURST_RATIO, max(0.0, peak / arrivals - 1.0))
     excess = arrivals * ratio_now
@@ -433,7 +430,7 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     total = 0.0 if idle else arrivals + burst + backlog
     return Demand(arrivals=arrivals, source=source, burst=burst, burst_kind=kind,
                   backlog=backlog, total=total, peak=peak, excess=excess,
-                  shape=_shape(rates, now, policy), rates=rates_next, peaks=peaks_next)
+                  shape=_shape(rates, now, policy), rates=rates_next)
 
 
 def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> float:

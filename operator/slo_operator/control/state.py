@@ -38,7 +38,6 @@ class ControlState:
     limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
     limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
-    peaks: tuple[tuple[float, float], ...] = ()  # read and kept from older status; not added to
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
@@ -68,7 +67,6 @@ class ControlState:
             "limitBias": round(self.limit_bias, 4),
             "limits": [[_r(t), n] for t, n in self.limits],
             "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
-            "peaks": [[_r(t), round(r, 4)] for t, r in self.peaks] or None,
             "promptTokens": _opt(self.prompt_tokens),
             "outputTokens": _opt(self.output_tokens),
             "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
@@ -103,7 +101,6 @@ class ControlState:
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
             rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
-            peaks=_pairs(data.get("peaks"), float)[-MAX_RATES:],
             prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
             output_tokens=_num(data.get("outputTokens"), lo=0.0),
             cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),

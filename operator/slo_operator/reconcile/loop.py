@@ -442,10 +442,6 @@ def _memory(state: ControlState, policy: ControlPolicy, now: float,
     while idle and len(rates) > 1 and rates[-1][1] == rates[-2][1] == 0:
         rates.pop()  # a run of zeros: its first sample (when it began) stands for it
     d["rates"] = rates
-    peaks = [[t, r] for t, r in d.get("peaks", []) if now - t <= policy.burst_lookback_s]
-    while idle and len(peaks) > 1 and peaks[-1][1] == peaks[-2][1] == 0:
-        peaks.pop()
-    d["peaks"] = peaks
     return d
 
 
