@@ -14,8 +14,11 @@ Workloads (traces from ``slo_devtools/data/traces``, factors stated in the repor
   judged by long-context objectives.
 * ``tight-itl``: the ramp's trace with a tight inter-token objective (P99 30 ms) at easy
   end-to-end and TTFT targets; replicas start with vLLM's H200 default
-  ``--max-num-batched-tokens 8192`` and a policy may choose its own
-  (``Tenant.budget_settable``).
+  ``--max-num-batched-tokens 8192``.
+
+On every workload a policy may choose the chunked-prefill budget (``Tenant.budget_settable``:
+the operator renders its Deployments with the budget its ITL lever picks); replicas start
+with 2048 (8192 on ``tight-itl``), which the peers keep.
 
 Fleets (:data:`FLEETS`): every workload runs on replicas as the profile says (``x1.0``) and,
 by default with the strict targets only, on fleets whose true speed differs from the
@@ -24,7 +27,8 @@ prefill-attention cost x2 (``ctx-x2``). The oracle and static run on the true fl
 (perfect knowledge); policies are handed the profile's model only.
 
 All replicas: Llama-3.1-8B in BF16 on one H200 (``profiles/h200-llama-3.1-8b-ctx1024``),
-``--max-num-seqs 256``, ``--max-num-batched-tokens 2048`` (8192 on ``tight-itl``), cold
+``--max-num-seqs 256``, ``--max-num-batched-tokens 2048`` (8192 on ``tight-itl``; a policy
+may choose its own), cold
 start from the step model (about 62 s, on every fleet), at most 16 replicas per service.
 Targets, sweeps and rate factors were chosen on the Azure hour. The control law's
 constants were tuned on the Azure hour and the ramp; ServeGen's day is the held-out trace.
@@ -67,15 +71,17 @@ MAX_REPLICAS = 16
 ATTAINMENT_TARGET = 0.99
 TRACES = ("azure-code,azure-conv", "servegen-day", "ramp", "long-context", "tight-itl")
 HELD_OUT = ("servegen-day",)
-# The budget of the first workloads, kept for every policy so earlier comparisons hold.
+# The replicas' starting budget on every workload but tight-itl (the peers keep it).
 PINNED_BUDGET = 2048
 # vLLM's own --max-num-batched-tokens for its API server on GPUs with >= 70 GiB other than
 # A100 (H100, H200, MI300X): vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults,
 # ``default_max_num_batched_tokens[UsageContext.OPENAI_API_SERVER] = 8192``.
 VLLM_H200_BUDGET = 8192
-# Azure conversation hour x2.5 with long prompts: the peak needs about 10-11 replicas, in
-# the 5-16 range the other workloads were scaled to.
-LONG_CONTEXT_RATE = 2.5
+# Azure conversation hour x2 with long prompts: the peak needs about 8-9 replicas on the
+# profile's fleet and stays within 16 on the slower ones (x1.3, ctx-x2), in the 5-16 range
+# the other workloads were scaled to (x2.5 needed 16 on the slower fleets even with
+# perfect foresight, so no policy could be judged there).
+LONG_CONTEXT_RATE = 2.0
 
 # Objectives per tenant kind: chat-like (conversation lengths), code completion, long
 # context, and a tight inter-token target. The loose set relaxes each kind's targets.
@@ -83,13 +89,18 @@ TARGETS: dict[str, dict[str, Objectives]] = {
     "strict": {
         "chat": Objectives(6000, 500, 75, name="strict"),
         "code": Objectives(6000, 1000, 75, name="strict"),
-        "long": Objectives(20000, 3000, 100, name="strict"),
+        # Long context: 16 static replicas reach a window P95 TTFT of 3.2 s (x1.0), 7.0 s
+        # (x1.3) and 6.6 s (ctx-x2) and a window P99 e2e of 12-21 s: the 5% longest first
+        # prompts (50k-128k tokens) take that long to prefill alone, whatever the replica
+        # count. The objectives sit above that floor on every fleet, so the workload
+        # judges capacity, not prefill physics.
+        "long": Objectives(30000, 8000, 100, name="strict"),
         "tight": Objectives(15000, 1000, 30, name="strict"),
     },
     "loose": {
         "chat": Objectives(10000, 1500, 100, name="loose"),
         "code": Objectives(10000, 3000, 100, name="loose"),
-        "long": Objectives(30000, 6000, 150, name="loose"),
+        "long": Objectives(45000, 12000, 150, name="loose"),
         "tight": Objectives(20000, 2000, 40, name="loose"),
     },
 }
@@ -164,7 +175,10 @@ def _workload(key: str, target_set: str, seed: int) -> Workload:
     obj = TARGETS[target_set]
 
     def tenant(name: str, kind: str) -> Tenant:
-        return Tenant(name, m, obj[kind], max_replicas=MAX_REPLICAS)
+        # The operator renders every Deployment with the budget its ITL lever chooses, so
+        # a policy may choose it on every workload; the peers, which do not, keep the
+        # replicas' starting budget.
+        return Tenant(name, m, obj[kind], max_replicas=MAX_REPLICAS, budget_settable=True)
 
     if key == "azure-code,azure-conv":
         tr = T.merge(key, [T.azure("azure-code", rate_scale=4, seed=seed),
@@ -182,7 +196,7 @@ def _workload(key: str, target_set: str, seed: int) -> Workload:
         return Workload(key, tr, (tenant("long-context", "long"),))
     if key == "tight-itl":
         tr = T.ramp(rate_scale=10.0, seed=seed, tenant="tight-itl")
-        return Workload(key, tr, (replace(tenant("tight-itl", "tight"), budget_settable=True,
+        return Workload(key, tr, (replace(tenant("tight-itl", "tight"),
                                           max_num_batched_tokens=VLLM_H200_BUDGET),))
     raise ValueError(f"trace: unknown workload {key!r}; known: {', '.join(TRACES)}")
 

@@ -645,7 +645,8 @@ class ReplicaSetup:
         return (f"replicas: {self.shape} in {self.precision.upper()} on {self.gpu_name}{tp}; "
                 f"KV cache {kv:,} tokens, cold start {self.model.cold_start_s:.0f} s, {limit}; "
                 f"--max-num-seqs {_TENANT_DEFAULTS['max_num_seqs']}, --max-num-batched-tokens "
-                f"{_TENANT_DEFAULTS['max_num_batched_tokens']} as in the built-in workloads")
+                f"{_TENANT_DEFAULTS['max_num_batched_tokens']} as in the built-in workloads "
+                "(slo-operator renders its own from the inter-token objective)")
 
 
 def _profiles() -> list[dict[str, object]]:
@@ -756,7 +757,7 @@ class Prepared:
         out = []
         for set_name, obj in sets:
             tenants = tuple(Tenant(n, self.replica.model, obj, max_replicas=self.max_replicas,
-                                   precision=self.replica.precision)
+                                   precision=self.replica.precision, budget_settable=True)
                             for n in self.trace.tenants)
             out.append((set_name, Workload(self.trace.name, self.trace, tenants)))
         return out

@@ -232,12 +232,19 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                            model.output)
     cap = replica_capacity(st, prompt_tokens=model.prompt, output_tokens=model.output,
                            itl_budget=budget, min_batch=floor, max_batch=ceiling,
-                           cached_share=model.cached)
+                           cached_share=model.cached, chunk_tokens=obs.max_num_batched_tokens)
 
     # SLO error: latency over target, only for targets replicas can reach.
     ttft_floor = st.prefill_request_ms(model.prompt, model.cached) + st.step_ms(1)
     ratios = _ratios(sig, policy, cap, ttft_floor)
     err = max(ratios.values()) if ratios else None
+    # A scale-in is held by any measured miss, also an end-to-end one the model calls out
+    # of reach: its tail (TAIL_OUTPUT_FACTOR) is an estimate, the tail requests' tokens
+    # wait behind other sequences' prefill chunks, and fewer replicas lengthen every
+    # request (larger batches, longer queues, more chunks per replica).
+    miss = err
+    if sig.e2e_ms is not None and policy.e2e_target_ms > 0:
+        miss = max(err or 0.0, sig.e2e_ms / policy.e2e_target_ms)
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
 
     # The batch limit first: the replicas are sized at the batch they will really run.
@@ -249,7 +256,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         step_batch = replica_capacity(
             st, prompt_tokens=model.prompt, output_tokens=model.output,
             itl_budget=LATENCY_MARGIN * policy.itl_target_ms, min_batch=floor,
-            max_batch=ceiling, cached_share=model.cached).batch
+            max_batch=ceiling, cached_share=model.cached,
+            chunk_tokens=obs.max_num_batched_tokens).batch
     move = batch_limit(obs, policy, state, now, step_batch, ratios, waiting, cur, in_flight,
                        floor, ceiling)
 
@@ -257,7 +265,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                                _arrivals(sig, state, now, policy.window_s)[0])
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight)
-    norm = normalize(need.replicas, cur, obs, policy, state, now, err, scale_in)
+    norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in)
 
     limited_reason, limited_message = norm.limited_reason, norm.limited_message
     if not cap.feasible and limited_reason is None:
@@ -482,8 +490,9 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     """
     st = model.steps
     plan_batch = max(1, min(cap.batch, limit))
+    chunk = obs.max_num_batched_tokens
     per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
-                                cached_share=model.cached)
+                                cached_share=model.cached, chunk_tokens=chunk)
     model_need = demand.total * state.correction / per_replica if per_replica > 0 else math.inf
     waiting = max(0.0, obs.signals.waiting or 0.0)
     draining = state.last_waiting is not None and waiting < state.last_waiting
@@ -504,7 +513,7 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
             break
         cached = model.cached * max(load, 1.0) / cur
         per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
-                                    cached_share=cached)
+                                    cached_share=cached, chunk_tokens=chunk)
         load = demand.total * correction / per_replica
     peak = demand.arrivals + demand.excess if demand.peak is not None else 0.0
     burst = 0.0
@@ -554,11 +563,12 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
 
 # --- 5. normalize ---------------------------------------------------------------------------
 def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
-              state: ControlState, now: float, err: float | None,
+              state: ControlState, now: float, miss: float | None,
               scale_in: ScaleIn) -> Normalized:
     """The replica count after the dead band, stabilization, reversal, step limits,
     pending pods, bounds and budget; limits report from the softest to the hardest (the
-    last that bit is the one reported)."""
+    last that bit is the one reported). ``miss``: the largest measured latency over its
+    target (above 1: violated), which holds any scale-in."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
@@ -569,7 +579,7 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         rec = math.ceil(need * (1.0 + tol) - 1e-9)
     else:
         rec = cur
-    slo_hold = rec < cur and err is not None and err > 1.0
+    slo_hold = rec < cur and miss is not None and miss > 1.0
     if slo_hold:
         rec = cur  # never scale in while the SLO is violated
 

@@ -25,6 +25,9 @@ with the objective and the engine settings it was chosen for and when) and moved
 - at once when the objective changed, or the precision, tensor parallelism or
   ``--max-num-seqs`` it was planned for did (those roll the Deployment anyway), or the
   kept budget is below ``--max-num-seqs`` (vLLM would refuse it);
+- at once, the first time the law has learnt the request shape, when the budget was
+  planned before any request was seen (the law's default shape) and the learnt one asks
+  for a budget at least a grid step away (long prompts need smaller chunks);
 - otherwise (the step times or the request shape drifted) at most once per
   :data:`CHANGE_INTERVAL_S`, and only across a hysteresis band: lowered when the objective's
   budget is at least a grid step (``CHUNK_GRID``) below the kept one, raised only when a
@@ -38,7 +41,7 @@ Each move of a running variant's budget is announced by a ``ChunkBudgetChanged``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED
@@ -49,6 +52,7 @@ from slo_operator.control.capacity import (
     DEFAULT_PROMPT_TOKENS,
     StepTimes,
     chunk_budget_for_itl,
+    chunk_step_ms,
     itl_budget_ms,
     replica_capacity,
     seed_step_times,
@@ -84,6 +88,8 @@ class ChunkMemory:
     batch: int
     fits: bool
     source: str  # where the step times came from
+    # Planned with a learnt request shape (False: the law's defaults, before traffic).
+    shaped: bool = True
 
     def budget(self) -> ChunkBudget:
         """The engine planner's input."""
@@ -93,7 +99,8 @@ class ChunkMemory:
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "itlMs": self.itl_ms, "engine": self.engine,
                 "time": self.time, "stepMs": self.step_ms,
-                "batch": self.batch, "fits": self.fits, "source": self.source}
+                "batch": self.batch, "fits": self.fits, "source": self.source,
+                "shaped": self.shaped}
 
     @classmethod
     def from_dict(cls, data: Any) -> ChunkMemory | None:
@@ -105,7 +112,8 @@ class ChunkMemory:
             tokens, itl, time = int(data["tokens"]), float(data["itlMs"]), float(data["time"])
             mem = cls(tokens, itl, str(data.get("engine", "")), time,
                       float(data.get("stepMs", 0.0)), int(data.get("batch", 1)),
-                      bool(data.get("fits", True)), str(data.get("source", "")))
+                      bool(data.get("fits", True)), str(data.get("source", "")),
+                      bool(data.get("shaped", True)))
         except (KeyError, TypeError, ValueError):
             return None
         return mem if tokens > 0 and itl > 0 else None
@@ -153,12 +161,22 @@ def step_times(model_size_b: float | None, precision: str, product: str, tp: int
     return seed, f"seed step times for {product} {precision}"
 
 
+def request_shape(state: ControlState) -> tuple[float, float]:
+    """Mean prompt and output tokens the law has learnt, or its defaults."""
+    return (state.prompt_tokens or DEFAULT_PROMPT_TOKENS,
+            state.output_tokens or DEFAULT_OUTPUT_TOKENS)
+
+
+def shape_learnt(state: ControlState) -> bool:
+    """Whether the law has seen the service's requests (its shape is not the default)."""
+    return bool(state.prompt_tokens)
+
+
 def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min_batch: int,
                  max_seqs: int) -> int:
     """The sequences decoding beside a prefill chunk: the capacity model's SLO-feasible
     batch for the objectives and the learnt request shape, capped at ``--max-num-seqs``."""
-    output = state.output_tokens or DEFAULT_OUTPUT_TOKENS
-    prompt = state.prompt_tokens or DEFAULT_PROMPT_TOKENS
+    prompt, output = request_shape(state)
     itl = objectives.inter_token_latency_ms
     budget = itl_budget_ms(float(objectives.e2e_latency_ms), float(objectives.ttft_ms),
                            None if itl is None else float(itl), output)
@@ -168,21 +186,30 @@ def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min
 
 
 def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: int,
-           floor: int, engine: str, held: ChunkMemory | None, now: float | None) -> ChunkMemory:
+           floor: int, engine: str, held: ChunkMemory | None, now: float | None,
+           shape: tuple[float, float] = (0.0, 0.0), shaped: bool = True) -> ChunkMemory:
     """The budget to run and keep: a fresh one, or ``held`` while the rate limit and the
     hysteresis band hold it (module docstring). ``now`` None: no drift moves (a caller
-    that only wants the budget the replicas run)."""
+    that only wants the budget the replicas run). ``shape``: the mean prompt and output
+    tokens (``request_shape``) whose context the steps read and attend to; ``shaped``:
+    whether the law learnt it (``shape_learnt``)."""
 
     def fresh(target: float) -> ChunkMemory:
-        tokens, fits = chunk_budget_for_itl(st, target, batch, default=default, floor=floor)
+        tokens, fits = chunk_budget_for_itl(st, target, batch, default=default, floor=floor,
+                                            prompt_tokens=shape[0], output_tokens=shape[1])
         when = now if now is not None else (held.time if held is not None else 0.0)
         # Rounded as status keeps them, so a budget read back reads (and notes) the same.
         return ChunkMemory(tokens, itl_ms, engine, round(when, 3),
-                           round(st.step_ms(batch, max(0, tokens - batch)), 2), batch, fits,
-                           source)
+                           round(chunk_step_ms(st, batch, tokens, *shape), 2), batch, fits,
+                           source, shaped)
 
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)
+    if now is not None and shaped and not held.shaped:
+        # Planned before any request was seen: the first learnt shape is no drift.
+        first = fresh(itl_ms)
+        return first if abs(first.tokens - held.tokens) >= CHUNK_GRID \
+            else replace(held, shaped=True)
     if now is None or now - held.time < CHANGE_INTERVAL_S:
         return held
     lower = fresh(itl_ms)

@@ -45,6 +45,8 @@ from slo_operator.reconcile.chunking import (
     decode_batch,
     engine_basis,
     read_memory,
+    request_shape,
+    shape_learnt,
     step_times,
 )
 from slo_operator.render.objects import RenderInput
@@ -298,7 +300,8 @@ def chunk_budget(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool,
     batch = decode_batch(st, policy.objectives, state, policy.batching.min_batch, floor)
     return choose(st=st, source=source, itl_ms=float(itl), batch=batch,
                   default=default_max_num_batched_tokens(hw), floor=floor,
-                  engine=engine_basis(precision, tp, floor), held=held, now=now)
+                  engine=engine_basis(precision, tp, floor), held=held, now=now,
+                  shape=request_shape(state), shaped=shape_learnt(state))
 
 
 def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:

@@ -48,13 +48,13 @@ def test_workloads_hand_policies_the_profile_and_replicas_the_fleet() -> None:
         workload("ramp", "strict", fleet="x2")
 
 
-def test_only_the_tight_itl_workload_lets_policies_choose_the_budget() -> None:
+def test_policies_may_choose_the_budget_on_every_workload_from_its_starting_budget() -> None:
     tight = workload("tight-itl", "strict").tenants[0]
     assert tight.budget_settable and tight.max_num_batched_tokens == VLLM_H200_BUDGET
     assert tight.objectives.itl_p99_ms == TARGETS["strict"]["tight"].itl_p99_ms
-    for key in ("ramp", "long-context"):
-        t = workload(key, "strict").tenants[0]
-        assert not t.budget_settable and t.max_num_batched_tokens == PINNED_BUDGET
+    for key in ("ramp", "long-context", "azure-code,azure-conv"):
+        for t in workload(key, "strict").tenants:
+            assert t.budget_settable and t.max_num_batched_tokens == PINNED_BUDGET
 
 
 def test_default_runs_put_mismatched_fleets_on_strict_targets_only() -> None:

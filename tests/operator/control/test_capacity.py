@@ -18,6 +18,8 @@ from slo_operator.control.capacity import (
     SEED_PRODUCT,
     SEED_STEP_TIMES,
     TAIL_OUTPUT_FACTOR,
+    chunk_budget_for_itl,
+    chunk_step_ms,
     hardware_ratios,
     itl_budget_ms,
     predicted_tokens_per_s,
@@ -348,3 +350,16 @@ def test_infeasible_targets_size_at_the_knee(max_batch: int, want_knee: int) -> 
     assert cap.batch == want_knee
     assert cap.rate == pytest.approx(0.8 * 1000.0 / (100 * (10.0 + want_knee) / want_knee))
     assert cap.itl_ms == pytest.approx(10.0 + want_knee)
+
+
+@pytest.mark.parametrize("itl_ms", [40.0, 100.0])
+def test_long_prompts_get_a_smaller_chunk_budget_whose_step_fits_the_objective(
+        itl_ms: float) -> None:
+    budgets = []
+    for prompt in (1_000.0, 12_000.0, 60_000.0):
+        tokens, fits = chunk_budget_for_itl(SEED_8B, itl_ms, 16, default=8192, floor=256,
+                                            prompt_tokens=prompt, output_tokens=250.0)
+        budgets.append(tokens)
+        if fits and tokens > 512:
+            assert chunk_step_ms(SEED_8B, 16, tokens, prompt, 250.0) <= itl_ms
+    assert budgets == sorted(budgets, reverse=True) and budgets[0] > budgets[-1]

@@ -201,6 +201,21 @@ def test_no_scale_in_while_the_slo_is_violated() -> None:
     assert ds[-1].replicas < 3
 
 
+def test_an_end_to_end_miss_holds_a_scale_in_even_where_the_model_calls_it_out_of_reach(
+) -> None:
+    # 200-token outputs leave a 4 s target too little per token for the model's tail
+    # request (TargetInfeasible), yet the replicas meet it where they run small batches:
+    # a measured miss still stops them being taken away.
+    policy = make_policy(e2e_target_ms=4_000.0)
+    loop = settled(3, rate=60.0, policy=policy, e2e=3_000.0)
+    assert loop.replicas == 3
+    ds = loop.run(600, rate=10.0, e2e=4_400.0)
+    assert {d.limited_reason for d in ds} == {R.TARGET_INFEASIBLE}
+    assert {(d.replicas, d.reason) for d in ds} == {(3, R.SLO_VIOLATED)}
+    ds = loop.run(900, rate=10.0, e2e=3_000.0)  # inside again: the scale-in goes ahead
+    assert ds[-1].replicas < 3
+
+
 def test_the_correction_waits_while_asked_for_replicas_start() -> None:
     loop = settled(1, rate=10.0)
     first = loop.step(rate=40.0)
