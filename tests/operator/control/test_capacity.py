@@ -363,3 +363,16 @@ def test_long_prompts_get_a_smaller_chunk_budget_whose_step_fits_the_objective(
         if fits and tokens > 512:
             assert chunk_step_ms(SEED_8B, 16, tokens, prompt, 250.0) <= itl_ms
     assert budgets == sorted(budgets, reverse=True) and budgets[0] > budgets[-1]
+
+
+def test_a_small_chunk_budget_paces_long_prompts_and_caps_the_batch_it_pays_to_run() -> None:
+    # 12k-token prompts through 512-token chunks need ~25 steps each: fewer requests a
+    # second than through 2048-token chunks, and fewer than the decode alone would allow.
+    small = rate_at_batch(SEED_8B, 32, 12_000.0, 200.0, chunk_tokens=512)
+    large = rate_at_batch(SEED_8B, 32, 12_000.0, 200.0, chunk_tokens=2048)
+    assert small < large <= rate_at_batch(SEED_8B, 32, 12_000.0, 200.0)
+    # Decode tokens take the budget first: the batch planned leaves prompts room in it.
+    cap = replica_capacity(SEED_8B, prompt_tokens=1_100.0, output_tokens=250.0,
+                           itl_budget=24.0, min_batch=1, max_batch=256, chunk_tokens=512)
+    assert cap.batch < 256
+    assert cap.rate > rate_at_batch(SEED_8B, 256, 1_100.0, 250.0, chunk_tokens=512)
