@@ -59,6 +59,15 @@ class OperatorSettings:
     runtime_image: str | None = None
 
     @property
+    def write_concurrency(self) -> int:
+        """Services of one periodic pass whose writes run at once: half of ``--workers``.
+        Each takes a worker thread for its API round trips; the other half is left to the
+        handlers (creations, owned-object events), so a pass never starves them. With the
+        default 8, a pass of 1,000 status patches (~10 ms each: the heartbeat's) takes
+        about 2.5 s instead of 10 s one by one."""
+        return max(1, self.workers // 2)
+
+    @property
     def image(self) -> str:
         """The runtime image to use: the configured one, else this release's."""
         return self.runtime_image or default_runtime_image()
@@ -95,7 +104,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics_port", "--metrics-port", "SLO_METRICS_PORT",
            "Serve the operator's /metrics on this port (0: off)."),
     Option("workers", "--workers", "SLO_WORKERS",
-           "Threads for the Kubernetes calls and PromQL queries (and kopf's sync handlers)."),
+           "Threads for the Kubernetes calls (and kopf's sync handlers); a periodic pass "
+           "writes for at most half as many services at once."),
     Option("profiles_dir", "--profiles-dir", "SLO_PROFILES_DIR",
            "More node profiles (JSON) beside the shipped ones."),
     Option("runtime_image", "--runtime-image", "SLO_RUNTIME_IMAGE",

@@ -418,7 +418,10 @@ def run_one(n: int, *, interval: float, workers: int, passes: int, out: Path,
                 break
             time.sleep(5)
         res.series = sum(len(s.pods) for s in spec) * synthetic.series_per_pod()
-        settle = settle_timeout if settle_timeout is not None else max(120.0, 12 * interval)
+        # Long enough for three passes, however long a pass takes at this N.
+        gaps = pass_durations(op.passes()[-3:], interval)
+        settle = settle_timeout if settle_timeout is not None else max(
+            120.0, 12 * interval, 4 * (max(gaps, default=0.0) + interval))
         t_settle = time.monotonic()
         res.settled = False
         while time.monotonic() - t_settle < settle:
@@ -433,16 +436,23 @@ def run_one(n: int, *, interval: float, workers: int, passes: int, out: Path,
         if not res.settled:
             res.notes.append(f"no three write-free passes within {settle:.0f}s of settling")
         _say(f"N={n}: {'settled' if res.settled else 'not settled'}; counting {passes} passes")
-        first = op.passes()[-1][1] if op.passes() else 0
         ns0, name0, _ = rows[0]
         status0 = custom.get_namespaced_custom_object(
             GROUP, "v1alpha1", ns0, "inferenceservices", name0).get("status") or {}
-        api0 = request_counts(parse_metrics(cluster.kubectl("get", "--raw", "/metrics").stdout))
-        prom0 = parse_metrics(_get(f"{prom.url}/metrics"))
+        # Count from a pass boundary: the counters are read right after a pass ends, the
+        # operator's and Prometheus's first, before the next pass sends its queries (one
+        # interval later); reading them later missed that pass's queries when passes are
+        # long (the pass count still included it).
+        last = op.passes()[-1][1] if op.passes() else 0
+        wait_for(lambda: bool(op.passes()) and op.passes()[-1][1] > last,
+                 timeout=600, interval=0.2, desc="a pass boundary")
+        first = op.passes()[-1][1]
         op0, cpu0 = op.metrics(), op.cpu()
+        prom0 = parse_metrics(_get(f"{prom.url}/metrics"))
+        api0 = request_counts(parse_metrics(cluster.kubectl("get", "--raw", "/metrics").stdout))
         try:
             wait_for(lambda: bool(op.passes()) and op.passes()[-1][1] >= first + passes,
-                     timeout=passes * (interval + 120) + 60, interval=1.0,
+                     timeout=passes * (interval + 120) + 60, interval=0.2,
                      desc=f"{passes} periodic passes")
         except TimeoutError:
             got = (op.passes()[-1][1] if op.passes() else 0) - first

@@ -1,7 +1,10 @@
 """The Prometheus adapter: runs one cycle's PromQL queries, never raises.
 
 ``prometheus-api-client`` is synchronous, so each query runs in a worker thread (the
-queries of one cycle run side by side) and the event loop stays free. Every failure
+queries of one cycle run side by side) and the event loop stays free. The threads are the
+adapter's own, not the loop's default executor that the Kubernetes calls share: a burst
+of watch events (a cold start of 1,000 services) queued there ahead of the queries held
+them past their timeout before they were sent (docs/scale.md). Every failure
 (connection refused, timeout, HTTP error, a reply that is not JSON) becomes ``None`` for
 that query, which the signal parser turns into a typed ``MetricsState`` (Partial or
 Unavailable); the loop never sees an exception from here.
@@ -13,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,12 +50,16 @@ class PrometheusAdapter:
     """Instant queries against one Prometheus, each in a thread with a timeout."""
 
     def __init__(self, url: str, timeout: float = 10.0,
-                 on_query: Callable[[str, float, bool], None] | None = None) -> None:
+                 on_query: Callable[[str, float, bool], None] | None = None,
+                 threads: int = 10) -> None:
         """``on_query(name, seconds, ok)`` is called after every query (the operator's
-        own metrics); the adapter itself knows no metrics registry."""
+        own metrics); the adapter itself knows no metrics registry. ``threads``: queries
+        in flight at once, in the adapter's own pool (the operator passes its number of
+        queries per cycle, so one cycle's run side by side; 10 is the cycle's budget)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.on_query = on_query
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="promql")
         # One quick retry on a refused connection; a longer back-off would stall the pass
         # while Prometheus is down, and the next pass retries anyway.
         retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504))
@@ -84,8 +92,10 @@ class PrometheusAdapter:
             start = time.monotonic()
             result: Result = None
             try:
+                loop = asyncio.get_running_loop()
                 result = await asyncio.wait_for(
-                    asyncio.to_thread(self.query, name, queries[name], at), self.timeout + 1)
+                    loop.run_in_executor(self._pool, self.query, name, queries[name], at),
+                    self.timeout + 1)
             except TimeoutError:
                 self.last_error = QueryError(name, f"no answer within {self.timeout:g}s")
             if self.on_query is not None:
@@ -97,3 +107,4 @@ class PrometheusAdapter:
 
     def close(self) -> None:
         self._client.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)

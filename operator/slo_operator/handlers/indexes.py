@@ -31,19 +31,47 @@ from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
-def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    # A detached copy: kopf's body views change under the caller.
-    return copy.deepcopy(dict(body))
+# What the operator reads of its own resources' metadata: the name and namespace, the uid
+# (owner references, Events), the generation (observedGeneration, conditions) and the
+# resourceVersion (``handlers.setup.StatusMemory``).
+KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion")
+# Status keys that are kopf's, not the operator's (``settings.persistence`` in
+# ``handlers.setup.configure``): no status model reads them.
+KOPF_STATUS = "kopf"
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A detached copy of an InferenceService or SLOPolicy holding only what the operator
+    reads: apiVersion, kind, the metadata in :data:`KEPT_METADATA`, spec, and status
+    without kopf's bookkeeping. Left out: managedFields (one entry per field manager,
+    rewritten by every write), labels, annotations (kubectl's last-applied copy of the whole
+    object among them) and ``status.kopf``, which at 1,000 services would be most of what
+    the cache holds (docs/scale.md)."""
+    meta = body.get("metadata") or {}
+    out: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
+    }
+    if "spec" in body:
+        # A detached copy: kopf's body views change under the caller.
+        out["spec"] = copy.deepcopy(body["spec"])
+    status = body.get("status")
+    if isinstance(status, Mapping):
+        out["status"] = copy.deepcopy({k: v for k, v in status.items() if k != KOPF_STATUS})
+    elif status is not None:
+        out["status"] = copy.deepcopy(status)
+    return out
 
 
 @kopf.index(GROUP, VERSION, "inferenceservices")
 def service_index(body: kopf.Body, **_: Any) -> dict[ObjKey, dict[str, Any]]:
-    return {obj_key(body): _plain(body)}
+    return {obj_key(body): slim(body)}
 
 
 @kopf.index(GROUP, VERSION, "slopolicies")
 def policy_index(body: kopf.Body, **_: Any) -> dict[ObjKey, dict[str, Any]]:
-    return {obj_key(body): _plain(body)}
+    return {obj_key(body): slim(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=OWNED)

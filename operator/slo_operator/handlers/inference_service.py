@@ -9,9 +9,10 @@ import kopf
 
 from slo_operator.adapters.kube import owner_key
 from slo_operator.api.models import GROUP, VERSION
+from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.setup import context
-from slo_operator.reconcile.caches import snapshot
-from slo_operator.reconcile.refresh import Reconciler, refresh
+from slo_operator.reconcile.caches import pick_indexes, snapshot
+from slo_operator.reconcile.refresh import Reconciler, refresh, refresh_services
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,11 @@ RESOURCE = (GROUP, VERSION, "inferenceservices")
 async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     ctx = context(memo)
     ctx.ready.set()  # kopf calls handlers only once the indexes are filled
-    outcome = await refresh(Reconciler.of(ctx), dict(body), snapshot(kwargs))
+    # At most --workers creations at a time hold a snapshot (every service's entry): a
+    # cold start's 1,000 creations, each with its own while queued for a thread, held a
+    # snapshot per creation at once.
+    async with ctx.creating:
+        outcome = await refresh(Reconciler.of(ctx), dict(body), snapshot(kwargs))
     if outcome.permanent_error:
         # Invalid specs wait for a spec change; retrying would only crash-loop.
         raise kopf.PermanentError(outcome.permanent_error)
@@ -35,17 +40,24 @@ async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **kwargs: Any) -> None:
-    """Owned objects changed (pods scheduled, replicas ready): refresh the owner's status
-    from the caches (no GET of the owner)."""
+    """Owned objects changed (pods scheduled, replicas ready): have the owner's status
+    refreshed from the caches (no GET of the owner), in a batch with every other owner
+    whose objects changed meanwhile (``OwnerRefresher``); returns at once."""
     ctx = context(memo)
     ctx.ready.set()
     if type is None:
         return  # the initial listing; resume handlers cover it
     key = owner_key(body)
-    snap = snapshot(kwargs)
-    svc = snap.services.get(key) if key else None
-    if svc is not None:
-        await refresh(Reconciler.of(ctx), svc, snap)
+    if key is None or not kwargs["service_index"].get(key):
+        return
+    r = Reconciler.of(ctx)
+    indexes = pick_indexes(kwargs)  # live views: the batch reads them when it starts
+
+    async def batch(keys: list[ServiceKey]) -> None:
+        if ctx.gate.is_acting():  # a peer acts meanwhile; kopf resumes every service
+            await refresh_services(r, snapshot(indexes), keys, decide=False)
+
+    ctx.owners.ask(ServiceKey(*key), batch)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

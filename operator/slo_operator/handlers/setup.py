@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
+import os
+import platform
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,10 +23,11 @@ from slo_operator.api.models import GROUP
 from slo_operator.engine.profiles import load_profiles
 from slo_operator.monitoring.operator_metrics import METRICS, PEERING, PeeringState
 from slo_operator.reconcile.ports import AppliedCache
-from slo_operator.reconcile.refresh import Reconciler
+from slo_operator.reconcile.refresh import OwnerRefresher, Reconciler
 from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
 from slo_operator.settings import OperatorSettings, operator_version
+from slo_operator.slo.promql import QUERY_NAMES
 
 
 def register_login(config: OperatorSettings) -> None:
@@ -143,6 +148,12 @@ class Context:
     metrics: MetricsSource | None = None
     # Whether kopf lets this replica act (peering); always acting when standalone.
     gate: PeeringGate = field(default_factory=PeeringGate)
+    # Owned-object events' refreshes, run in batches.
+    owners: OwnerRefresher = field(default_factory=OwnerRefresher)
+    # Creations, resumes and spec changes being refreshed at once (``--workers``: one
+    # thread each).
+    creating: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(OperatorSettings().workers))
 
     def reconciler(self) -> Reconciler:
         return Reconciler.of(self)
@@ -166,6 +177,28 @@ class Context:
                           ("PodDisruptionBudget", instance_name(name))):
             self.applied.forget(kind, namespace, obj)
         self.applied.forget_prefix("Deployment", namespace, f"{instance_name(name)}-")
+
+
+# glibc malloc arenas the process may use. glibc gives threads arenas of their own, up to
+# 8 per core (mallopt(3), M_ARENA_MAX), and keeps what is freed in each: the worker and
+# PromQL threads decode replies of megabytes at 1,000 services (the PromQL answers every
+# pass), and each thread's arena kept its peak. Two arenas hold the operator's
+# threads (mostly waiting on sockets; the GIL lets one run Python at a time) with little
+# contention. The environment's MALLOC_ARENA_MAX, where set, wins.
+MALLOC_ARENAS = 2
+M_ARENA_MAX = -8  # glibc malloc.h
+
+
+def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for the threads started from now on; False where the C
+    library is not glibc or the environment sets MALLOC_ARENA_MAX."""
+    if os.environ.get("MALLOC_ARENA_MAX") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):
+        return False
 
 
 def context(memo: Any) -> Context:
@@ -193,11 +226,27 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.scanning.disabled = True
     config: OperatorSettings = getattr(memo, "config", None) or OperatorSettings()
     settings.execution.max_workers = config.workers
-    # Every Kubernetes call and PromQL query goes through asyncio.to_thread, i.e. the loop's
-    # default executor (min(32, cores + 4) threads otherwise: 6 on 2 cores, flooded by a
-    # cold start's events at 1,000 services, docs/scale.md). --workers sizes it too.
+    # Every Kubernetes call goes through asyncio.to_thread, i.e. the loop's default executor
+    # (min(32, cores + 4) threads otherwise: 6 on 2 cores, flooded by a cold start's events
+    # at 1,000 services, docs/scale.md). --workers sizes it too. The PromQL queries have a
+    # pool of their own (adapters.prometheus), so no burst of events delays them.
+    cap_malloc_arenas()
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="slo-io"))
+    # kopf runs one worker task per watched object with events queued; an idle one exits
+    # after settings.queueing.idle_timeout (5 s by default, kopf/_cogs/configs/
+    # configuration.py, QueueingSettings). Each holds its object's last body, and a cold
+    # start of 1,000 services touches 3,000 objects (services, Deployments, pods) within
+    # seconds: 1 s lets them go sooner. A pod's events seldom come more than 1 s apart
+    # (scheduled, started, ready), and a worker that left is recreated on the next one.
+    settings.queueing.idle_timeout = 1.0
+    # kopf logs every handler call's success at INFO on "kopf.objects": at 1,000 services
+    # that is a line per pod and Deployment event (thousands a minute in a cold start),
+    # formatted and written by the event loop. Failures and retries are WARNING and above
+    # and still show; --verbose (DEBUG) keeps everything.
+    objects = logging.getLogger("kopf.objects")
+    if not objects.isEnabledFor(logging.DEBUG):
+        objects.setLevel(logging.WARNING)
     api = load_api_client(config.kubeconfig)
     profiles = load_profiles() + (load_profiles(Path(config.profiles_dir))
                                   if config.profiles_dir else ())
@@ -212,10 +261,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         config=config,
         applied=AppliedCache(ttl=config.apply_ttl),
         metrics=(PrometheusAdapter(config.prometheus_url, config.prometheus_timeout,
-                                   on_query=_record_query)
+                                   on_query=_record_query, threads=len(QUERY_NAMES))
                  if config.prometheus_url else None),
         settings=Settings(runtime_image=config.image, profiles=profiles,
                           pass_interval=config.interval),
+        creating=asyncio.Semaphore(config.workers),
     )
     # Standalone, PEERING stays active; with peering it starts paused (kopf does too,
     # until it has read the peering object) and follows kopf's pause and resume.
@@ -227,6 +277,9 @@ async def unfollow(memo: kopf.Memo, **_: Any) -> None:
     stop: Callable[[], None] | None = getattr(memo, "slo_unfollow", None)
     if stop is not None:
         stop()
+    ctx: Context | None = getattr(memo, "slo", None)
+    if ctx is not None:
+        ctx.owners.stop()
 
 
 def redact_url(url: str | None) -> str | None:

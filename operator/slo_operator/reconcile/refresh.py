@@ -8,16 +8,18 @@ memo's context).
 ``refresh`` reconciles one service under its lock; ``refresh_services`` runs observe ->
 decide (``loop.observe_and_decide``) for a set of services, then refreshes each with its
 update, threading the pass's free GPUs (:class:`Fleet`) from one service to the next.
+``OwnerRefresher`` gathers the refreshes that owned-object events ask for into such
+batches.
 ``policy_changed`` and ``policy_removed`` are the SLOPolicy handlers' steps: an edited
 policy's bound services get a decision at once, not a period later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -26,14 +28,14 @@ from slo_operator.adapters.prometheus import MetricsSource
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.observe import ServiceKey
 from slo_operator.monitoring.operator_metrics import METRICS
-from slo_operator.reconcile.executor import Outcome
+from slo_operator.reconcile.executor import Outcome, execute
 from slo_operator.reconcile.gpu_inventory import Fleet, survey
 from slo_operator.reconcile.loop import observe_and_decide
-from slo_operator.reconcile.planner import Settings
+from slo_operator.reconcile.planner import ReconcilePlan, Settings, plan_reconcile
 from slo_operator.reconcile.policy_binding import bound_to, reconcile_policy
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
-from slo_operator.reconcile.service import reconcile_service
 from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 KIND = "InferenceService"
@@ -62,7 +64,9 @@ class OperatorContext(Protocol):
     def statuses(self) -> StatusStore: ...
     @property
     def metrics(self) -> MetricsSource | None: ...
-    def lock(self, namespace: str, name: str) -> AbstractAsyncContextManager[Any]: ...
+    @property
+    def config(self) -> OperatorSettings: ...
+    def lock(self, namespace: str, name: str) -> asyncio.Lock: ...
 
 
 def _utcnow() -> datetime:
@@ -79,14 +83,48 @@ class Reconciler:
     settings: Settings
     applied: AppliedCache
     statuses: StatusStore
-    lock: Callable[[str, str], AbstractAsyncContextManager[Any]]
+    lock: Callable[[str, str], asyncio.Lock]
     metrics: MetricsSource | None = None
     clock: Callable[[], datetime] = _utcnow
+    # Services of one pass writing at once (half of ``--workers``).
+    write_concurrency: int = OperatorSettings().write_concurrency
 
     @staticmethod
     def of(ctx: OperatorContext) -> Reconciler:
         return Reconciler(ctx.kube, ctx.settings, ctx.applied, ctx.statuses, ctx.lock,
-                          ctx.metrics)
+                          ctx.metrics, write_concurrency=ctx.config.write_concurrency)
+
+
+def _plan(r: Reconciler, body: Mapping[str, Any], snap: Snapshot, update: SLOUpdate | None,
+          fleet: Fleet | None) -> tuple[Mapping[str, Any], ReconcilePlan]:
+    """One service's reconcile plan (pure CPU), from the status this operator last wrote
+    when the cache has not caught up yet, so concurrent triggers never report the same
+    transition twice. Returns the body planned from and the plan."""
+    latest = r.statuses.latest(body)
+    return latest, plan_reconcile(latest, snap, r.clock(), r.settings, r.applied, update, fleet)
+
+
+def _executed(r: Reconciler, latest: Mapping[str, Any], plan: ReconcilePlan) -> Outcome:
+    """Make one plan's writes (blocking: run in a worker thread); counted and remembered."""
+    outcome = execute(r.kube, plan, r.applied)
+    METRICS.reconciles.labels(KIND, "ok").inc()
+    for ev in outcome.events:
+        if ev.type == "Warning":
+            METRICS.errors.labels(KIND, ev.reason).inc()
+    r.statuses.remember(latest, outcome.status)
+    return outcome
+
+
+def _failed(e: BaseException) -> None:
+    if isinstance(e, Exception):
+        METRICS.reconciles.labels(KIND, "error").inc()
+        METRICS.errors.labels(KIND, type(e).__name__).inc()
+
+
+def _log_applied(key: ServiceKey, outcome: Outcome) -> None:
+    if outcome.applied:
+        log.info("Applied for InferenceService %s/%s: %s", key.namespace, key.name,
+                 ", ".join(outcome.applied))
 
 
 async def refresh(r: Reconciler, body: Mapping[str, Any], snap: Snapshot,
@@ -97,28 +135,19 @@ async def refresh(r: Reconciler, body: Mapping[str, Any], snap: Snapshot,
     carries it on for the next service.
     """
     meta = body["metadata"]
-    async with r.lock(meta["namespace"], meta["name"]):
-        # Start from the status this operator last wrote when the cache has not caught up
-        # yet, so concurrent triggers never report the same transition twice.
-        latest = r.statuses.latest(body)
+    key = ServiceKey(meta["namespace"], meta["name"])
+    async with r.lock(key.namespace, key.name):
         start = time.monotonic()
         try:
-            outcome = await reconcile_service(r.kube, latest, snap, r.clock(), r.settings,
-                                              r.applied, update, fleet)
-        except Exception as e:
-            METRICS.reconciles.labels(KIND, "error").inc()
-            METRICS.errors.labels(KIND, type(e).__name__).inc()
+            # The kubernetes client is synchronous and planning is CPU: one worker thread.
+            outcome = await asyncio.to_thread(
+                lambda: _executed(r, *_plan(r, body, snap, update, fleet)))
+        except BaseException as e:
+            _failed(e)
             raise
         finally:
             METRICS.reconcile_duration.labels(KIND).observe(time.monotonic() - start)
-        METRICS.reconciles.labels(KIND, "ok").inc()
-        for ev in outcome.events:
-            if ev.type == "Warning":
-                METRICS.errors.labels(KIND, ev.reason).inc()
-        r.statuses.remember(latest, outcome.status)
-    if outcome.applied:
-        log.info("Applied for InferenceService %s/%s: %s", meta["namespace"], meta["name"],
-                 ", ".join(outcome.applied))
+    _log_applied(key, outcome)
     return outcome
 
 
@@ -143,6 +172,48 @@ def decision_direction(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     return "hold"
 
 
+# Services planned per worker-thread hop. Planning is CPU (about 5 ms a service at 1,000
+# services, most of it copying status models: docs/scale.md), so it runs off the event
+# loop; one hop per service would cost a thread hand-off each, one hop for the whole pass
+# would hold every service's lock until the last is planned. 25 services is about 0.1 s
+# of planning: the writes of one batch start while the next is planned.
+PLAN_BATCH = 25
+
+
+@dataclass
+class _Planned:
+    key: ServiceKey
+    body: Mapping[str, Any]  # the cache's body, for the decision metric
+    lock: asyncio.Lock
+    latest: Mapping[str, Any] | None = None  # the body planned from
+    plan: ReconcilePlan | None = None
+    error: Exception | None = None
+    seconds: float = 0.0
+    writing: bool = False  # its writer holds its lock and a write slot
+
+    def release(self, slots: asyncio.Semaphore) -> None:
+        if self.writing:
+            self.writing = False
+            self.lock.release()
+            slots.release()
+
+
+def _plan_batch(r: Reconciler, batch: list[_Planned], snap: Snapshot,
+                updates: Mapping[ServiceKey, SLOUpdate], fleet: Fleet) -> Fleet:
+    """Plan ``batch`` in order, each service taking its GPUs from what the previous one
+    left (blocking: run in a worker thread). Returns the fleet after the batch."""
+    for p in batch:
+        start = time.monotonic()
+        try:
+            p.latest, p.plan = _plan(r, p.body, snap, updates.get(p.key), fleet)
+        except Exception as e:  # one service's failure must not stop the others
+            p.error = e
+        else:
+            fleet = p.plan.fleet or fleet
+        p.seconds = time.monotonic() - start
+    return fleet
+
+
 async def refresh_services(r: Reconciler, snap: Snapshot,
                            keys: Iterable[ServiceKey] | None = None,
                            decide: bool = True) -> PassResult:
@@ -152,11 +223,18 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
     Decisions need a metrics source (``r.metrics``) and ``decide``; without them the
     services are refreshed with their last decided replicas and limit. One service's
     failure is logged and counted, and the others go on.
+
+    Services are planned in key order, in batches off the event loop (``PLAN_BATCH``),
+    each taking its GPUs from what the previous one left; their writes then run side by
+    side, at most ``r.write_concurrency`` services at a time. A service's lock is held
+    from its planning to the end of its writes; every multi-service refresh takes the
+    locks in the same (key) order, so two of them never wait on each other in a cycle.
     """
     # Decide from the newest status (this operator's own memory included), even when the
     # watch cache has not yet delivered what the previous reconcile wrote.
     snap = replace(snap, services={k: r.statuses.latest(v) for k, v in snap.services.items()})
-    wanted = [ServiceKey(*k) for k in snap.services] if keys is None else list(keys)
+    wanted = sorted({ServiceKey(*k) for k in snap.services} if keys is None else set(keys),
+                    key=lambda k: (k.namespace, k.name))
     fleet = survey(snap)
     result = PassResult()
     if decide and r.metrics is not None and wanted:
@@ -166,26 +244,123 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
                 only=None if keys is None else set(wanted), fleet=fleet)
         except Exception:  # a bug in one pass's decisions must not stop reconciling
             log.exception("Failed the SLO decisions of a pass; services hold")
-    for key in wanted:
-        svc = snap.services.get((key.namespace, key.name))
-        if svc is None:
-            continue  # deleted since
-        update = result.updates.get(key)
-        try:
-            outcome = await refresh(r, svc, snap, update, fleet)
-        except Exception:  # one service's failure must not stop the others
-            result.pending += 1
-            log.exception("Failed to reconcile InferenceService %s/%s",
-                          key.namespace, key.name)
-            continue
-        fleet = outcome.fleet or fleet
-        result.outcomes[key] = outcome
-        result.writes += len(outcome.applied)
-        result.pending += bool(outcome.retry_after or outcome.permanent_error)
-        if update is not None:
-            direction = decision_direction(svc.get("status") or {}, outcome.status)
-            METRICS.decisions.labels(direction, update.reason).inc()
+    present = [_Planned(k, svc, r.lock(k.namespace, k.name)) for k in wanted
+               if (svc := snap.services.get((k.namespace, k.name))) is not None]
+    slots = asyncio.Semaphore(r.write_concurrency)
+    writers: list[asyncio.Task[None]] = []
+    held: list[_Planned] = []  # locked, not yet handed to a writer
+    try:
+        for i in range(0, len(present), PLAN_BATCH):
+            batch = present[i:i + PLAN_BATCH]
+            for p in batch:
+                await p.lock.acquire()
+                held.append(p)
+            fleet = await asyncio.to_thread(_plan_batch, r, batch, snap, result.updates,
+                                            fleet)
+            for p in batch:
+                if p.plan is None:
+                    held.remove(p)
+                    p.lock.release()
+                    _service_failed(result, p, p.error)
+                    continue
+                await slots.acquire()
+                held.remove(p)
+                p.writing = True
+                writers.append(asyncio.create_task(_write(r, p, slots, result)))
+        outcomes = await asyncio.gather(*writers, return_exceptions=True)
+    except BaseException:
+        for t in writers:
+            t.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        for p in present:  # a writer cancelled before it started never ran its finally
+            p.release(slots)
+        raise
+    finally:
+        for p in held:
+            p.lock.release()
+    for o in outcomes:
+        if isinstance(o, BaseException) and not isinstance(o, Exception):
+            raise o  # a stop (the gated writer's pause), not one service's failure
     return result
+
+
+def _service_failed(result: PassResult, p: _Planned, e: BaseException | None) -> None:
+    _failed(e or RuntimeError("no plan"))
+    result.pending += 1
+    log.error("Failed to reconcile InferenceService %s/%s", p.key.namespace, p.key.name,
+              exc_info=e)
+
+
+async def _write(r: Reconciler, p: _Planned, slots: asyncio.Semaphore,
+                 result: PassResult) -> None:
+    """Make one planned service's writes in a worker thread, then release its lock and
+    its slot; its failure is counted, not raised (a stop is raised)."""
+    assert p.plan is not None and p.latest is not None
+    start = time.monotonic()
+    try:
+        outcome = await asyncio.to_thread(_executed, r, p.latest, p.plan)
+    except Exception as e:
+        _service_failed(result, p, e)
+        return
+    except BaseException as e:
+        _failed(e)
+        raise
+    finally:
+        METRICS.reconcile_duration.labels(KIND).observe(time.monotonic() - start + p.seconds)
+        p.release(slots)
+    _log_applied(p.key, outcome)
+    result.outcomes[p.key] = outcome
+    result.writes += len(outcome.applied)
+    result.pending += bool(outcome.retry_after or outcome.permanent_error)
+    update = result.updates.get(p.key)
+    if update is not None:
+        direction = decision_direction(p.body.get("status") or {}, outcome.status)
+        METRICS.decisions.labels(direction, update.reason).inc()
+
+
+class OwnerRefresher:
+    """Refreshes of services whose owned objects changed, run in batches by one background
+    task: ``ask`` returns at once, and every service asked for while a batch runs is
+    refreshed in the next one (one snapshot, one survey of the fleet, plans in batches,
+    writes side by side: ``refresh_services``).
+
+    Returning at once matters: kopf handles one object's events one after the other and
+    updates its index entry only when it reaches an event, so a handler that waited for
+    its refresh kept that pod's cache entry old meanwhile, and every refresh from it
+    patched the pod's live limit again (docs/scale.md). Batching matters too: a cold start
+    of 1,000 services sends a pod or Deployment event every few milliseconds, and one by
+    one each built its own snapshot and survey of every service.
+    """
+
+    def __init__(self) -> None:
+        self._asked: set[ServiceKey] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def ask(self, key: ServiceKey,
+            run: Callable[[list[ServiceKey]], Awaitable[object]]) -> None:
+        """Have ``key`` refreshed soon, by ``run`` (called with a batch of keys)."""
+        self._asked.add(key)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(run))
+
+    async def idle(self) -> None:
+        """Return once no batch runs and none is waiting."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _drain(self, run: Callable[[list[ServiceKey]], Awaitable[object]]) -> None:
+        while self._asked:
+            batch = sorted(self._asked, key=lambda k: (k.namespace, k.name))
+            self._asked.clear()
+            try:
+                await run(batch)
+            except Exception:  # one failed batch must not stop the next
+                log.exception("Failed to refresh %d services after their objects changed",
+                              len(batch))
 
 
 async def policy_changed(r: Reconciler, body: Mapping[str, Any], snap: Snapshot,

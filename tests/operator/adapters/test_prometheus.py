@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -85,3 +86,27 @@ def test_a_prometheus_that_never_answers_times_out_as_none() -> None:
         assert prom.last_error is not None
     finally:
         listener.close()
+
+
+def test_queries_are_answered_while_the_default_executor_is_busy(prometheus: str) -> None:
+    """The queries run in the adapter's own threads: Kubernetes calls filling the loop's
+    default executor (a burst of watch events) do not hold them back."""
+    prom = PrometheusAdapter(prometheus, timeout=5)
+    release = threading.Event()
+
+    async def main() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        busy = asyncio.to_thread(release.wait, 30)  # the only default thread, held
+        task = asyncio.ensure_future(busy)
+        try:
+            return await asyncio.wait_for(prom.run({"a": "good", "b": "good"}, 1.0), 10)
+        finally:
+            release.set()
+            await task
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        prom.close()
+    assert out == {"a": SERIES, "b": SERIES}

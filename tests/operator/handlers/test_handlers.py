@@ -17,11 +17,11 @@ from slo_operator.handlers import indexes
 from slo_operator.handlers.setup import Context
 from slo_operator.handlers.slo_policy import on_policy
 from slo_operator.reconcile.caches import INDEX_NAMES, snapshot
-from slo_operator.reconcile.service import Settings
+from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from tests.operator.reconcile.fake import FakeKube
 from tests.operator.reconcile.prom_fake import FakeMetrics
 from tests.operator.reconcile.test_loop import QUIET, planned
-from tests.operator.reconcile.test_service import make_policy
+from tests.operator.reconcile.test_service import NOW, make_policy
 
 
 def test_the_snapshot_reads_exactly_the_indexes_the_handlers_register() -> None:
@@ -85,3 +85,23 @@ def test_an_slo_policy_change_decides_for_its_bound_services(
     assert bool(service_statuses[-1].get("observed")) is want_decided
     # The policy's own status records the binding either way.
     assert any(s.get("boundServices") == ["chat"] for s in kube.statuses)
+
+
+def test_the_service_cache_keeps_what_the_operator_reads_and_drops_the_rest() -> None:
+    body, snap, _ = planned()
+    wire = {**body, "metadata": {
+        **body["metadata"], "labels": {"app": "chat"},
+        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}" * 500},
+        "managedFields": [{"manager": "slo-operator", "fieldsV1": {"f:status": {}}}] * 20},
+        "status": {**body["status"], "kopf": {"progress": {"on_change": {"retries": 1}}}}}
+    cached = indexes.slim(wire)
+    assert set(cached["metadata"]) == {"name", "namespace", "uid", "generation",
+                                       "resourceVersion"}
+    assert cached["spec"] == body["spec"] and cached["status"] == body["status"]
+    wire["status"]["desiredReplicas"] = 7  # detached from kopf's body
+    assert cached["status"]["desiredReplicas"] == body["status"]["desiredReplicas"]
+    # The slimmed body reconciles as the whole one does.
+    kube_a, kube_b = FakeKube(), FakeKube()
+    for kube, svc in ((kube_a, body), (kube_b, cached)):
+        reconcile_service_sync(kube, svc, snap, NOW, Settings())
+    assert kube_a.applies == kube_b.applies and kube_a.statuses == kube_b.statuses

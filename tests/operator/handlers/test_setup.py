@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
-from slo_operator.handlers.setup import StatusMemory
+import pytest
+
+from slo_operator.handlers.setup import StatusMemory, cap_malloc_arenas
 
 
 def body(rv: str, status: dict[str, Any]) -> dict[str, Any]:
@@ -26,3 +29,13 @@ def test_an_unchanged_status_is_not_remembered() -> None:
     mem = StatusMemory()
     mem.remember(body("7", {"batchLimit": 64}), {"batchLimit": 64})
     assert mem.written == {}
+
+
+def test_malloc_arenas_are_capped_unless_the_environment_sets_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert cap_malloc_arenas() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's mallopt only")
+    assert cap_malloc_arenas() is True

@@ -1,9 +1,12 @@
 """The refresh step the handlers share: a policy edit decides for its bound services at
-once, a pass threads the free GPUs, and decisions are labelled for the metrics."""
+once, a pass threads the free GPUs and writes for a bounded number of services at once,
+refreshes that owned objects ask for run in batches, and decisions are labelled for the
+metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -15,6 +18,7 @@ from slo_operator.api.cluster import NodeInfo, Snapshot
 from slo_operator.api.observe import ServiceKey
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.refresh import (
+    OwnerRefresher,
     PassResult,
     Reconciler,
     decision_direction,
@@ -147,3 +151,116 @@ def test_one_failing_service_does_not_stop_the_pass() -> None:
 )
 def test_decision_direction(old: dict[str, Any], new: dict[str, Any], want: str) -> None:
     assert decision_direction(old, new) == want
+
+
+@dataclass
+class PairedKube(FakeKube):
+    """Deployment applies meet in pairs: each waits for a second one in flight (so
+    writes made one at a time fail); records the most writes in flight at once."""
+
+    barrier: threading.Barrier = field(default_factory=lambda: threading.Barrier(2, timeout=5))
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    most: int = 0
+
+    def apply(self, obj: Mapping[str, Any]) -> None:
+        with self.guard:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        try:
+            if obj["kind"] == "Deployment":
+                self.barrier.wait()
+            super().apply(obj)
+        finally:
+            with self.guard:
+                self.in_flight -= 1
+
+
+def test_a_pass_writes_for_several_services_at_once_and_no_more_than_its_bound() -> None:
+    names = ("a", "b", "c", "d")
+    pol = make_policy(scaling={"minReplicas": 1, "maxReplicas": 1})
+    snap = Snapshot(services={("team-a", n): make_isvc(n, hardware={}) for n in names},
+                    policies={("team-a", "gold"): pol}, nodes=MIXED)
+    kube = PairedKube()
+    r = replace(reconciler(kube, None), write_concurrency=2)
+    done = asyncio.run(refresh_services(r, snap))
+    assert done.pending == 0 and set(done.outcomes) == {ServiceKey("team-a", n) for n in names}
+    assert kube.most == 2
+
+
+def test_one_service_at_a_time_when_the_bound_is_one() -> None:
+    snap = Snapshot(services={("team-a", n): make_isvc(n, hardware={}) for n in ("a", "b")},
+                    policies={("team-a", "gold"): make_policy()}, nodes=MIXED)
+    kube = PairedKube(barrier=threading.Barrier(2, timeout=0.5))
+    done = asyncio.run(refresh_services(replace(reconciler(kube, None), write_concurrency=1),
+                                        snap))
+    # Alone in flight, each Deployment apply waits for a partner that never comes.
+    assert kube.most == 1 and done.pending == 2
+
+
+def test_a_cancelled_pass_leaves_no_service_locked() -> None:
+    snap = two_tenants()
+    locks: dict[tuple[str, str], asyncio.Lock] = {}
+    started = threading.Event()
+
+    @dataclass
+    class Stuck(FakeKube):
+        def patch_status(self, kind: str, namespace: str, name: str,
+                         status: Mapping[str, Any]) -> None:
+            started.set()
+            raise asyncio.CancelledError  # the pass is stopped mid-write
+
+    r = replace(reconciler(Stuck(), FakeMetrics({CHAT: QUIET, OTHER: QUIET})),
+                lock=lambda ns, name: locks.setdefault((ns, name), asyncio.Lock()))
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await refresh_services(r, snap)
+        assert started.is_set() and locks and not any(lk.locked() for lk in locks.values())
+
+    asyncio.run(main())
+
+
+def test_services_asked_for_while_a_batch_runs_are_refreshed_together_next() -> None:
+    a, b, c = (ServiceKey("ns", n) for n in "abc")
+    batches: list[list[ServiceKey]] = []
+    go = asyncio.Event()
+
+    async def run(keys: list[ServiceKey]) -> None:
+        batches.append(keys)
+        await go.wait()
+
+    async def main() -> None:
+        owners = OwnerRefresher()
+        owners.ask(a, run)  # returns at once: the batch runs in the background
+        while not batches:
+            await asyncio.sleep(0)
+        for k in (c, b, a, b):
+            owners.ask(k, run)
+        go.set()
+        await owners.idle()
+
+    asyncio.run(main())
+    assert batches == [[a], [a, b, c]]
+
+
+def test_a_failed_batch_does_not_stop_the_next() -> None:
+    a, b = ServiceKey("ns", "a"), ServiceKey("ns", "b")
+    batches: list[list[ServiceKey]] = []
+
+    async def run(keys: list[ServiceKey]) -> None:
+        batches.append(keys)
+        if len(batches) == 1:
+            await asyncio.sleep(0)  # b is asked for meanwhile
+            raise RuntimeError("the API server went away")
+
+    async def main() -> None:
+        owners = OwnerRefresher()
+        owners.ask(a, run)
+        while not batches:
+            await asyncio.sleep(0)
+        owners.ask(b, run)
+        await owners.idle()
+
+    asyncio.run(main())
+    assert batches == [[a], [b]]
