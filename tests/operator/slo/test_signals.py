@@ -341,6 +341,25 @@ def test_hostile_names_map_to_their_own_service_only() -> None:
     assert got[evil].request_rate == 3.0
 
 
+@pytest.mark.parametrize("damage", ["NaN", "+Inf", "-Inf", "not a number"])
+def test_a_service_with_every_sample_damaged_is_partial_and_spares_the_others(
+        damage: str) -> None:
+    """One service's exporter sends only unusable values: that service has no load to
+    decide on (Partial, naming what is missing); another in the same replies reads exactly
+    as it reads alone."""
+    other = ServiceKey("team-b", "code")
+    bad = {n: [row(damage, **{k: v for k, v in r["metric"].items()
+                              if k not in ("namespace", "service")})
+               for r in rows] for n, rows in healthy().items()}
+    results = {n: bad[n] + healthy(key=other)[n] for n in healthy()}
+    got = parse_signals(PLAN, results, {SVC: SignalSpec(), other: SignalSpec()}, NOW)
+    alone = parse_signals(PLAN, healthy(key=other), {other: SignalSpec()}, NOW)[other]
+    assert got[SVC].state == MetricsState.PARTIAL
+    assert "request rate" in got[SVC].message and "running" in got[SVC].message
+    assert got[SVC].request_rate is None and got[SVC].e2e_ms is None
+    assert got[other] == alone and alone.state == MetricsState.OK
+
+
 def test_a_thousand_services_parse_from_one_result_set() -> None:
     keys = [ServiceKey(f"ns-{i % 50}", f"svc-{i}") for i in range(1000)]
     results: dict[str, list[dict[str, Any]]] = {}
