@@ -62,7 +62,10 @@ class PrometheusAdapter:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="promql")
         # One quick retry on a refused connection; a longer back-off would stall the pass
         # while Prometheus is down, and the next pass retries anyway.
-        retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504))
+        # Retry-After is not slept out in the query's thread: that thread would outlive the
+        # query timeout (urllib3 honours up to 6 h) and hold a slot of the query pool.
+        retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(502, 503, 504),
+                      respect_retry_after_header=False)
         self._client = PrometheusConnect(url=self.url, retry=retry)
         self.last_error: QueryError | None = None
 
