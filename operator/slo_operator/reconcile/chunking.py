@@ -25,9 +25,6 @@ with the objective and the engine settings it was chosen for and when) and moved
 - at once when the objective changed, or the precision, tensor parallelism or
   ``--max-num-seqs`` it was planned for did (those roll the Deployment anyway), or the
   kept budget is below ``--max-num-seqs`` (vLLM would refuse it);
-- at once, the first time the law has learnt the request shape, when the budget was
-  planned before any request was seen (the law's default shape) and the learnt one asks
-  for a budget at least a grid step away (long prompts need smaller chunks);
 - otherwise (the step times or the request shape drifted) at most once per
   :data:`CHANGE_INTERVAL_S`, and only across a hysteresis band: lowered when the objective's
   budget is at least a grid step (``CHUNK_GRID``) below the kept one, raised only when a
@@ -41,7 +38,7 @@ Each move of a running variant's budget is announced by a ``ChunkBudgetChanged``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED
@@ -205,11 +202,6 @@ def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: in
 
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)
-    if now is not None and shaped and not held.shaped:
-        # Planned before any request was seen: the first learnt shape is no drift.
-        first = fresh(itl_ms)
-        return first if abs(first.tokens - held.tokens) >= CHUNK_GRID \
-            else replace(held, shaped=True)
     if now is None or now - held.time < CHANGE_INTERVAL_S:
         return held
     lower = fresh(itl_ms)

@@ -69,30 +69,6 @@ def test_drift_moves_the_budget_at_most_once_an_interval_across_the_band(
     assert got.time == (T0 if want == HELD.tokens else T0 + after)
 
 
-LONG = StepTimes(10.0, 0.0, 0.01, attn_ms_per_token2=2e-7)  # attention: 2e-7 ms a pair
-
-
-def test_the_first_learnt_long_prompt_shape_moves_a_budget_planned_before_traffic_at_once(
-) -> None:
-    def shaped(held: ChunkMemory | None, now: float, shape: tuple[float, float],
-               learnt: bool) -> ChunkMemory:
-        return choose(st=LONG, source="seed", itl_ms=50.0, batch=1, default=8192, floor=256,
-                      engine=ENGINE, held=held, now=now, shape=shape, shaped=learnt)
-
-    before = shaped(None, T0, (1000.0, 200.0), False)
-    first = shaped(before, T0 + 60, (12_000.0, 200.0), True)
-    assert first.tokens < before.tokens and first.shaped and first.time == T0 + 60
-    # Once learnt, a later drift of the shape waits for the interval as any other.
-    later = shaped(first, T0 + 120, (30_000.0, 200.0), True)
-    assert later == first
-    assert shaped(first, T0 + 60 + CHANGE_INTERVAL_S, (30_000.0, 200.0), True).tokens \
-        < first.tokens
-    # A kept budget read back from status written before the flag counts as learnt.
-    data = before.to_dict()
-    del data["shaped"]
-    assert ChunkMemory.from_dict(data) == replace(before, shaped=True)
-
-
 def test_a_budget_raised_with_slack_is_not_lowered_by_the_estimate_it_was_raised_at() -> None:
     raised = pick(FASTER, HELD, T0 + CHANGE_INTERVAL_S)
     again = pick(FASTER, raised, T0 + 3 * CHANGE_INTERVAL_S)
