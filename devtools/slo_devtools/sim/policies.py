@@ -28,7 +28,6 @@ from slo_operator.reconcile.chunking import ChunkMemory, engine_basis
 from slo_operator.reconcile.chunking import choose as chunk_choose
 from slo_operator.reconcile.chunking import decode_batch as chunk_decode_batch
 from slo_operator.reconcile.chunking import request_shape as chunk_shape
-from slo_operator.reconcile.chunking import shape_learnt as chunk_shape_learnt
 from slo_operator.reconcile.chunking import step_times as chunk_step_times
 from slo_operator.slo.evaluate import SLOHistory, evaluate_window, record
 from slo_operator.slo.evaluate import report as slo_report
@@ -811,8 +810,7 @@ class SloOperator:
         return chunk_choose(st=st, source=source, itl_ms=float(o.inter_token_latency_ms),
                             batch=batch, default=BATCHED_TOKENS_LARGE_GPU, floor=seqs,
                             engine=engine_basis(ctx.precision, 1, seqs), held=self.chunk,
-                            now=now, shape=chunk_shape(self.state),
-                            shaped=chunk_shape_learnt(self.state))
+                            now=now, shape=chunk_shape(self.state))
 
     def initial_chunk_budget(self, ctx: Context) -> int | None:
         """The budget the operator renders the Deployment with (seed step times)."""

@@ -85,8 +85,6 @@ class ChunkMemory:
     batch: int
     fits: bool
     source: str  # where the step times came from
-    # Planned with a learnt request shape (False: the law's defaults, before traffic).
-    shaped: bool = True
 
     def budget(self) -> ChunkBudget:
         """The engine planner's input."""
@@ -96,8 +94,7 @@ class ChunkMemory:
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "itlMs": self.itl_ms, "engine": self.engine,
                 "time": self.time, "stepMs": self.step_ms,
-                "batch": self.batch, "fits": self.fits, "source": self.source,
-                "shaped": self.shaped}
+                "batch": self.batch, "fits": self.fits, "source": self.source}
 
     @classmethod
     def from_dict(cls, data: Any) -> ChunkMemory | None:
@@ -109,8 +106,7 @@ class ChunkMemory:
             tokens, itl, time = int(data["tokens"]), float(data["itlMs"]), float(data["time"])
             mem = cls(tokens, itl, str(data.get("engine", "")), time,
                       float(data.get("stepMs", 0.0)), int(data.get("batch", 1)),
-                      bool(data.get("fits", True)), str(data.get("source", "")),
-                      bool(data.get("shaped", True)))
+                      bool(data.get("fits", True)), str(data.get("source", "")))
         except (KeyError, TypeError, ValueError):
             return None
         return mem if tokens > 0 and itl > 0 else None
@@ -164,11 +160,6 @@ def request_shape(state: ControlState) -> tuple[float, float]:
             state.output_tokens or DEFAULT_OUTPUT_TOKENS)
 
 
-def shape_learnt(state: ControlState) -> bool:
-    """Whether the law has seen the service's requests (its shape is not the default)."""
-    return bool(state.prompt_tokens)
-
-
 def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min_batch: int,
                  max_seqs: int) -> int:
     """The sequences decoding beside a prefill chunk: the capacity model's SLO-feasible
@@ -184,12 +175,11 @@ def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min
 
 def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: int,
            floor: int, engine: str, held: ChunkMemory | None, now: float | None,
-           shape: tuple[float, float] = (0.0, 0.0), shaped: bool = True) -> ChunkMemory:
+           shape: tuple[float, float] = (0.0, 0.0)) -> ChunkMemory:
     """The budget to run and keep: a fresh one, or ``held`` while the rate limit and the
     hysteresis band hold it (module docstring). ``now`` None: no drift moves (a caller
     that only wants the budget the replicas run). ``shape``: the mean prompt and output
-    tokens (``request_shape``) whose context the steps read and attend to; ``shaped``:
-    whether the law learnt it (``shape_learnt``)."""
+    tokens (``request_shape``) whose context the steps read and attend to."""
 
     def fresh(target: float) -> ChunkMemory:
         tokens, fits = chunk_budget_for_itl(st, target, batch, default=default, floor=floor,
@@ -198,7 +188,7 @@ def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: in
         # Rounded as status keeps them, so a budget read back reads (and notes) the same.
         return ChunkMemory(tokens, itl_ms, engine, round(when, 3),
                            round(chunk_step_ms(st, batch, tokens, *shape), 2), batch, fits,
-                           source, shaped)
+                           source)
 
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)

@@ -46,7 +46,6 @@ from slo_operator.reconcile.chunking import (
     engine_basis,
     read_memory,
     request_shape,
-    shape_learnt,
     step_times,
 )
 from slo_operator.render.objects import RenderInput
@@ -301,7 +300,7 @@ def chunk_budget(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool,
     return choose(st=st, source=source, itl_ms=float(itl), batch=batch,
                   default=default_max_num_batched_tokens(hw), floor=floor,
                   engine=engine_basis(precision, tp, floor), held=held, now=now,
-                  shape=request_shape(state), shaped=shape_learnt(state))
+                  shape=request_shape(state))
 
 
 def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:
