@@ -59,6 +59,7 @@ RESOURCES = {"inferenceservices", "slopolicies", "deployments", "services",
              "poddisruptionbudgets", "pods", "nodes", "events"}
 OTHERS_STATUS = {"pods", "deployments", "nodes"}  # written by kwok / controller manager
 WRITES = {"APPLY", "PATCH", "POST", "PUT", "DELETE", "CREATE", "UPDATE"}
+STATUS_PATCH = ("PATCH", "inferenceservices", "status")
 READS = {"GET", "LIST"}
 _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -421,15 +422,24 @@ def run_one(n: int, *, interval: float, workers: int, passes: int, out: Path,
         # Long enough for three passes, however long a pass takes at this N.
         gaps = pass_durations(op.passes()[-3:], interval)
         settle = settle_timeout if settle_timeout is not None else max(
-            120.0, 12 * interval, 4 * (max(gaps, default=0.0) + interval))
+            180.0, 12 * interval, 4 * (max(gaps, default=0.0) + interval))
         t_settle = time.monotonic()
         res.settled = False
+        # Quiet: three passes in a row that applied or patched nothing (the pass's own
+        # log line) and left the API server's status-patch counter where it was. The
+        # new series' rates still move until they are a policy window old.
+        patched: list[tuple[int, int, float]] = []  # (pass, logged writes, status patches)
         while time.monotonic() - t_settle < settle:
             op.alive()
             rss_max = max(rss_max, op.rss())
             seen = op.passes()
-            recent = [w for t, _, w in seen if t > time.time() - (time.monotonic() - t_settle)]
-            if len(recent) >= 3 and recent[-3:] == [0, 0, 0]:
+            if seen and (not patched or seen[-1][1] > patched[-1][0]):
+                counts = request_counts(parse_metrics(
+                    cluster.kubectl("get", "--raw", "/metrics").stdout))
+                patched.append((seen[-1][1], seen[-1][2], counts[STATUS_PATCH]))
+            tail = patched[-4:]
+            if len(tail) == 4 and all(w == 0 for _, w, _ in tail[1:]) and len(
+                    {c for *_, c in tail}) == 1:
                 res.settled = True
                 break
             time.sleep(1.0)

@@ -20,8 +20,10 @@ import kopf
 from slo_operator.adapters.kube import Kube, load_api_client
 from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter
 from slo_operator.api.models import GROUP
+from slo_operator.api.observe import ServiceKey
 from slo_operator.engine.profiles import load_profiles
 from slo_operator.monitoring.operator_metrics import METRICS, PEERING, PeeringState
+from slo_operator.reconcile.loop import LawMemory
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.refresh import OwnerRefresher, Reconciler
 from slo_operator.reconcile.service import Settings
@@ -141,6 +143,8 @@ class Context:
     locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     applied: AppliedCache = field(default_factory=AppliedCache)
     statuses: StatusMemory = field(default_factory=StatusMemory)
+    # The SLO law's memory between status writes (status carries it at the heartbeat).
+    law_memory: LawMemory = field(default_factory=LawMemory)
     # Set once kopf has called a resource handler, i.e. once the indexes are filled.
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     # The SLO loop's signals; None without SLO_PROMETHEUS_URL (status then says
@@ -164,6 +168,7 @@ class Context:
         as it left them. Refusals keep their back-off: they were the API server's."""
         self.applied.entries.clear()
         self.statuses.written.clear()
+        self.law_memory.clear()
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         # Timers, watch events and change handlers may fire together for one object.
@@ -173,6 +178,7 @@ class Context:
         """Drop what is remembered of a deleted service."""
         self.locks.pop((namespace, name), None)
         self.statuses.written.pop((namespace, name), None)
+        self.law_memory.forget(ServiceKey(namespace, name))
         for kind, obj in (("Deployment", instance_name(name)), ("Service", service_name(name)),
                           ("PodDisruptionBudget", instance_name(name))):
             self.applied.forget(kind, namespace, obj)
@@ -264,7 +270,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                                    on_query=_record_query, threads=len(QUERY_NAMES))
                  if config.prometheus_url else None),
         settings=Settings(runtime_image=config.image, profiles=profiles,
-                          pass_interval=config.interval),
+                          pass_interval=config.interval,
+                          # Optional CRDs (InferencePool) from API discovery, cached.
+                          discovery=Kube(api)),
         creating=asyncio.Semaphore(config.workers),
     )
     # Standalone, PEERING stays active; with peering it starts paused (kopf does too,

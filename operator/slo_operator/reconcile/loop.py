@@ -14,12 +14,16 @@ annotations, status and Events only on change.
 The periodic pass runs it for every service; an SLOPolicy edit runs it for the services
 bound to that policy (``only``), so a new objective acts at once rather than a period later.
 
-The law's memory lives in status only, and status is written only when something a reader
-(or the law) uses changed, or at the heartbeat (``status.status_write``). Passes that wrote
-nothing changed nothing but time, so before deciding the loop brings the written memory up
-to the previous pass as those passes left it (``unwritten_passes``, ``resume``; the window
-history: ``fill``): the decision is the one an operator that wrote every pass would make,
-and, since nothing is kept in memory, the same after an operator restart.
+Status is written only when something a reader uses changed (the decision, replicas, limit,
+a condition, the SLO state, a signal that moved), or at the heartbeat (``status.status_write``).
+The law's memory (rate samples, learnt speed and corrections, the window of wishes) moves on
+almost every pass under traffic, yet is no reader's business: the operator keeps it between
+writes in a :class:`LawMemory` and decides from it, and status carries it whenever status is
+written (at the latest at the heartbeat, ``status.HEARTBEAT_S``). An operator that starts
+(a restart, a peer taking over) decides from the written memory, brought up to the previous
+pass as the passes since would have left it had nothing moved (``unwritten_passes``,
+``resume``; the window history: ``fill``): at most a heartbeat of learning is lost, never a
+decision, a limit or an SLO window (those are written at once).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -101,6 +105,62 @@ class ServiceInput:
     deployment: DeploymentObs | None
     pods: Sequence[PodObs]
     plan: ServicePlan  # its engine and pools as the reconciler plans them now
+    uid: str = ""
+
+
+# ---------------------------------------------------------------- the memory between writes
+
+@dataclass(frozen=True)
+class Kept:
+    """A service's law memory as the last pass left it (``ControlState.to_dict``: what
+    status would carry), and the ``observed.time`` of each status it continues: the one
+    the pass read and the one it may have written. A status with another stamp was
+    written by someone else (a peer, an older operator, a recreated object): the kept
+    memory is then not this service's continuation and is not used."""
+
+    uid: str
+    stamps: frozenset[str | None]
+    state: Mapping[str, Any]
+
+
+@dataclass
+class LawMemory:
+    """The law's memory of every service between status writes (one per operator
+    process; dropped when the process stops or its peering pauses it)."""
+
+    entries: dict[ServiceKey, Kept] = field(default_factory=dict)
+
+    def recall(self, s: ServiceInput) -> ControlState | None:
+        """The kept memory of ``s`` when it continues ``s``'s written status, else None."""
+        k = self.entries.get(s.key)
+        stamp = s.status.observed.time if s.status.observed else None
+        if k is None or k.uid != s.uid or stamp not in k.stamps:
+            return None
+        return ControlState.from_dict(k.state)
+
+    def keep(self, services: Sequence[ServiceInput], updates: Mapping[ServiceKey, SLOUpdate],
+             everyone: bool = False) -> None:
+        """Keep what a pass decided for ``services``; ``everyone``: the pass saw every
+        service, so memories of services it no longer sees (deleted, unbound) are dropped."""
+        if everyone:
+            seen = {s.key for s in services}
+            for key in [k for k in self.entries if k not in seen]:
+                del self.entries[key]
+        for s in services:
+            u = updates.get(s.key)
+            state = (u.control or {}).get("state") if u is not None else None
+            if state is None:
+                self.entries.pop(s.key, None)
+                continue
+            read = s.status.observed.time if s.status.observed else None
+            wrote = u.observed.time if u is not None and u.observed else None
+            self.entries[s.key] = Kept(s.uid, frozenset({read, wrote}), state)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def forget(self, key: ServiceKey) -> None:
+        self.entries.pop(key, None)
 
 
 def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None = None,
@@ -139,7 +199,8 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
         if isinstance(plan, Problem):
             continue  # the reconciler reports it; an update would not be applied
         out.append(ServiceInput(key, spec, policy, status, snap.deployment(ns, name),
-                                snap.pods_of(ns, name), plan))
+                                snap.pods_of(ns, name), plan,
+                                str(body["metadata"].get("uid", ""))))
     return out
 
 
@@ -225,9 +286,15 @@ def decide_all(
     free: Mapping[str, int],
     now: datetime,
     interval: float = Settings.pass_interval,
+    memory: LawMemory | None = None,
 ) -> dict[ServiceKey, SLOUpdate]:
     """Every service's update for this pass (pure: results, free GPUs per pool and
-    ``now`` passed in; ``interval``: the seconds between periodic passes)."""
+    ``now`` passed in; ``interval``: the seconds between periodic passes).
+
+    ``memory``: the law's memory kept since the last write (read, not changed): a service
+    whose kept memory continues its status decides from it, and a move of that memory
+    alone does not call for a status write. Without it (None) the written memory is all
+    there is, and every move of it is written."""
     ts = now.timestamp()
     # Series carry the service *label* (cut with a hash past 63 characters), not the name.
     by_label = {ServiceKey(s.key.namespace, service_label(s.key.name)): s for s in services}
@@ -245,8 +312,9 @@ def decide_all(
         policy = policy_for(s.policy, s.spec.replicas)
         obs = observation(s, signals[s.key], ts)
         times = unwritten[s.key] = unwritten_passes(s.status, state, ts, interval)
-        decision = decide(obs, policy, state, ts)
-        since = times if law_decided(s.status, state) else ()
+        recalled = memory.recall(s) if memory is not None else None
+        decision = decide(obs, policy, recalled or state, ts)
+        since = times if recalled is None and law_decided(s.status, state) else ()
         # Replaying the unwritten passes costs a decide each: done only when this pass
         # writes (it decides differently, or the heartbeat is due); a pass that changes
         # nothing decides the same from the written memory as from the replayed one.
@@ -266,12 +334,12 @@ def decide_all(
     budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
     grants = arbitrate(requests, free, budgets)
     return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now,
-                           unwritten[s.key])
+                           unwritten[s.key], kept=memory is not None)
             for s in services}
 
 
 def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | None,
-            now: datetime, unwritten: Sequence[float] = ()) -> SLOUpdate:
+            now: datetime, unwritten: Sequence[float] = (), kept: bool = False) -> SLOUpdate:
     ts = now.timestamp()
     control = s.status.control or {}
     window_s = float(parse_duration(s.policy.window))
@@ -293,7 +361,8 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
     # (or a new window length): more windows of the written verdict are ``fill``'s.
     same_windows = (written.last_index is not None and written.window_s == max(1, int(window_s))
                     and written.outcomes[-1:] == verdict.outcome.value)
-    memory_changed = not (same_windows and same_memory(
+    # With the memory kept between writes, its moves wait for the next write.
+    memory_changed = not same_windows or not (kept or same_memory(
         ControlState.from_dict(control.get("state")), decision.state,
         policy_for(s.policy, s.spec.replicas), ts, idle(s.status)))
     return SLOUpdate(
@@ -452,12 +521,14 @@ async def observe_and_decide(
     settings: Settings | None = None,
     only: Collection[ServiceKey] | None = None,
     fleet: Fleet | None = None,
+    memory: LawMemory | None = None,
 ) -> dict[ServiceKey, SLOUpdate]:
     """One pass's queries (the fixed 9 for all services) and every service's update.
 
     ``only``: decide just for these services (an SLOPolicy edit's bound services); GPUs
     are then arbitrated among them alone, out of what the snapshot shows free.
     ``fleet``: the snapshot's survey when the caller has one (it is read, not claimed).
+    ``memory``: the law's memory between writes (``decide_all``); the pass's is kept in it.
     """
     fleet = fleet if fleet is not None else survey(snap)
     # Planning every service's engine is CPU work too: off the event loop as well.
@@ -468,5 +539,8 @@ async def observe_and_decide(
     results = await metrics.run({q.name: q.expr for q in plan.queries}, now.timestamp())
     interval = (settings or Settings()).pass_interval
     # Parsing and deciding for many services is CPU work: keep it off the event loop.
-    return await asyncio.to_thread(decide_all, services, plan, results,
-                                   free_by_pool(fleet, services), now, interval)
+    updates = await asyncio.to_thread(decide_all, services, plan, results,
+                                      free_by_pool(fleet, services), now, interval, memory)
+    if memory is not None:
+        memory.keep(services, updates, everyone=only is None)
+    return updates

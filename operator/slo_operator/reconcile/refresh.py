@@ -30,7 +30,7 @@ from slo_operator.api.observe import ServiceKey
 from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.executor import Outcome, execute
 from slo_operator.reconcile.gpu_inventory import Fleet, survey
-from slo_operator.reconcile.loop import observe_and_decide
+from slo_operator.reconcile.loop import LawMemory, observe_and_decide
 from slo_operator.reconcile.planner import ReconcilePlan, Settings, plan_reconcile
 from slo_operator.reconcile.policy_binding import bound_to, reconcile_policy
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
@@ -66,6 +66,8 @@ class OperatorContext(Protocol):
     def metrics(self) -> MetricsSource | None: ...
     @property
     def config(self) -> OperatorSettings: ...
+    @property
+    def law_memory(self) -> LawMemory: ...
     def lock(self, namespace: str, name: str) -> asyncio.Lock: ...
 
 
@@ -88,11 +90,15 @@ class Reconciler:
     clock: Callable[[], datetime] = _utcnow
     # Services of one pass writing at once (half of ``--workers``).
     write_concurrency: int = OperatorSettings().write_concurrency
+    # The law's memory between status writes (``loop.LawMemory``); None: every move of
+    # it is written.
+    memory: LawMemory | None = None
 
     @staticmethod
     def of(ctx: OperatorContext) -> Reconciler:
         return Reconciler(ctx.kube, ctx.settings, ctx.applied, ctx.statuses, ctx.lock,
-                          ctx.metrics, write_concurrency=ctx.config.write_concurrency)
+                          ctx.metrics, write_concurrency=ctx.config.write_concurrency,
+                          memory=ctx.law_memory)
 
 
 def _plan(r: Reconciler, body: Mapping[str, Any], snap: Snapshot, update: SLOUpdate | None,
@@ -241,7 +247,7 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
         try:
             result.updates = await observe_and_decide(
                 r.metrics, snap, r.clock(), r.settings,
-                only=None if keys is None else set(wanted), fleet=fleet)
+                only=None if keys is None else set(wanted), fleet=fleet, memory=r.memory)
         except Exception:  # a bug in one pass's decisions must not stop reconciling
             log.exception("Failed the SLO decisions of a pass; services hold")
     present = [_Planned(k, svc, r.lock(k.namespace, k.name)) for k in wanted

@@ -25,6 +25,7 @@ from slo_operator.reconcile import planner
 from slo_operator.reconcile.actions import Apply, PatchStatus, PostEvent, describe
 from slo_operator.reconcile.chunking import MEMORY_KEY
 from slo_operator.reconcile.loop import (
+    LawMemory,
     fill,
     law_decided,
     observe_and_decide,
@@ -305,7 +306,8 @@ SCRIPT = [IDLE] * 40 + [BUSY] * 20 + [STEADY] * 45 + [LOW] * 25 + [IDLE] * 30
 
 
 def run_passes(every_pass: bool, monkeypatch: pytest.MonkeyPatch, window: str = "120s",
-               scaling: dict[str, Any] | None = None
+               scaling: dict[str, Any] | None = None, memory: LawMemory | None = None,
+               restart_at: int | None = None,
                ) -> tuple[list[tuple[Any, ...]], list[int]]:
     """Periodic passes (20 s apart) of the SLO loop and the planner over SCRIPT: the
     decisions (replicas, limit, reason), SLO verdicts and reports (attainment, error
@@ -313,7 +315,9 @@ def run_passes(every_pass: bool, monkeypatch: pytest.MonkeyPatch, window: str = 
     what the API server holds (the last written status, through JSON): nothing else
     carries over, which is also all an operator restarted between two passes would read.
     ``every_pass``: write the status on every pass, as before status writes waited for a
-    change. Returns the decisions and the passes (indexes into SCRIPT) that wrote."""
+    change. ``memory``: the law's memory kept between writes, as the operator keeps it;
+    ``restart_at``: the pass before which it is lost (an operator restart).
+    Returns the decisions and the passes (indexes into SCRIPT) that wrote."""
     if every_pass:
         monkeypatch.setattr(planner, "status_write", lambda *_, **__: "every pass")
     else:
@@ -326,8 +330,10 @@ def run_passes(every_pass: bool, monkeypatch: pytest.MonkeyPatch, window: str = 
     for k, load in enumerate(SCRIPT):
         now = NOW + timedelta(seconds=20 * (k + 1))
         snap = replace(snap, services={(KEY.namespace, KEY.name): body})
+        if memory is not None and k == restart_at:
+            memory.clear()
         update = asyncio.run(observe_and_decide(FakeMetrics({KEY: load}, window=window), snap,
-                                                now, settings))[KEY]
+                                                now, settings, memory=memory))[KEY]
         plan = plan_reconcile(body, snap, now, settings, applied, update)
         if any(isinstance(a, PatchStatus) for a in plan.actions):
             writes.append(k)
@@ -366,6 +372,60 @@ def test_without_stabilization_windows_too(monkeypatch: pytest.MonkeyPatch) -> N
     lazy, writes = run_passes(False, monkeypatch, "60s", fast)
     assert lazy == reference
     assert [k for k in writes if k < 40] == [0, 15, 30], writes
+
+
+def test_a_memory_kept_between_writes_decides_as_one_written_every_pass_and_writes_less(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator keeps the law's memory between status writes (``LawMemory``): it
+    decides exactly as an operator that writes every pass, and under steady load writes
+    only when the decision, the SLO state or a signal moves, or at the heartbeat; without
+    it every move of the memory (a new rate sample, a learnt speed) is a write."""
+    reference, _ = run_passes(True, monkeypatch)
+    _, lazy_writes = run_passes(False, monkeypatch)
+    kept, kept_writes = run_passes(False, monkeypatch, memory=LawMemory())
+    assert kept == reference
+    steady = range(SCRIPT.index(STEADY) + 10, SCRIPT.index(LOW))  # after its scale-in
+    assert len([k for k in lazy_writes if k in steady]) == len(steady)
+    assert len([k for k in kept_writes if k in steady]) <= len(steady) // 4, kept_writes
+
+
+def test_an_operator_restart_keeps_every_decision_although_it_loses_unwritten_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart (the kept memory lost) in the steady stretch, passes after the last
+    write: the new operator starts from the written memory and still scales and limits
+    as the uninterrupted one."""
+    reference, _ = run_passes(True, monkeypatch)
+    memory = LawMemory()
+    _, writes = run_passes(False, monkeypatch, memory=LawMemory())
+    restart = next(k for k in range(SCRIPT.index(STEADY) + 12, len(SCRIPT))
+                   if k not in writes and k - 1 not in writes)
+    restarted, _ = run_passes(False, monkeypatch, memory=memory, restart_at=restart)
+    assert [d[:2] for d in restarted] == [d[:2] for d in reference]
+
+
+def test_a_status_another_writer_wrote_wins_over_the_kept_memory() -> None:
+    """A status with an ``observed.time`` this operator did not read or write (a peer
+    took over meanwhile, or the object was recreated) is decided from as written."""
+    body, snap, _ = planned(replicas=1)
+    memory = LawMemory()
+    metrics = FakeMetrics({KEY: STEADY})
+    first = asyncio.run(observe_and_decide(metrics, snap, LATER, memory=memory))[KEY]
+    written = {**first.control, "state": {**first.control["state"], "correction": 1.5}}
+
+    def second(stamp: datetime) -> float:
+        observed = {**first.observed.model_dump(by_alias=True, mode="json"),
+                    "time": rfc3339(stamp)}
+        peer = {**body, "status": {**body["status"], "observed": observed,
+                                   "control": written}}
+        snap2 = replace(snap, services={(KEY.namespace, KEY.name): peer})
+        mem = LawMemory(dict(memory.entries))
+        up = asyncio.run(observe_and_decide(metrics, snap2, LATER + timedelta(seconds=20),
+                                            memory=mem))[KEY]
+        return float(up.control["state"]["correction"])
+
+    ours, peers = second(LATER), second(LATER + timedelta(seconds=5))
+    assert ours == pytest.approx(first.control["state"]["correction"], abs=0.05)
+    assert peers == pytest.approx(1.5, abs=0.05)
 
 
 # ---------------------------------------------------------------- reading back what was not written
