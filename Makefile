@@ -26,6 +26,10 @@ $(VENV)/.profile-deps: $(BIN)/slo-operator
 
 venv: $(BIN)/slo-operator
 
+# SLO_FETCH_RELEASES=1 (make demo SLO_FETCH_RELEASES=1, make binaries ..., or exported): fetch
+# the checksum-verified upstream release binaries instead of building them from source
+# (docs/dev-cluster.md). make exports command-line variables to every recipe, so it reaches
+# hack/build-binaries.sh both from `binaries` and from the demo, which runs that script itself.
 # DEMO_ARGS, e.g. make demo DEMO_ARGS="--keep" or "--duration 300 --speed 10".
 demo: venv
 	$(BIN)/slo-operator demo $(DEMO_ARGS)

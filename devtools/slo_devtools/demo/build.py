@@ -53,7 +53,7 @@ STEP_LABELS: dict[str, str] = {
 _STARTED = re.compile(r"^>> building (?P<what>.+) (?P<version>v?\d[\w.+-]*) \(log: (?P<log>.+)\)$")
 _SUMMARY_HEADER = re.compile(r"^== build summary")
 _SUMMARY_ROW = re.compile(
-    r"^(?P<step>\S+)\s+(?P<version>\S+)\s+(?P<secs>\d+)s\s+(?P<how>cached|built)\s*$"
+    r"^(?P<step>\S+)\s+(?P<version>\S+)\s+(?P<secs>\d+)s\s+(?P<how>cached|built|fetched)\s*$"
 )
 _FAILED = re.compile(r"^!! (?P<message>.+)$")
 
@@ -104,7 +104,7 @@ def parse_line(line: str) -> BuildEvent | None:
     if _SUMMARY_HEADER.match(line):
         return StepsFinished()
     if (m := _SUMMARY_ROW.match(line)) and m["step"] in COLD_BUILD_SECONDS:
-        return StepSummary(m["step"], m["version"], float(m["secs"]), m["how"] == "built")
+        return StepSummary(m["step"], m["version"], float(m["secs"]), m["how"] != "cached")
     if m := _FAILED.match(line):
         return BuildProblem(m["message"])
     return None

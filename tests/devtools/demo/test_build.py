@@ -39,6 +39,8 @@ from slo_devtools.demo.build import (
                      StepSummary("kubernetes", "v1.37.2", 590.0, True), id="summary-built"),
         pytest.param("etcd                     v3.6.16          0s  cached",
                      StepSummary("etcd", "v3.6.16", 0.0, False), id="summary-cached"),
+        pytest.param("prometheus               3.16.0           3s  fetched",
+                     StepSummary("prometheus", "3.16.0", 3.0, True), id="summary-fetched"),
         pytest.param("!! helm failed; last lines of /c/h.log:",
                      BuildProblem("helm failed; last lines of /c/h.log:"), id="failure"),
         pytest.param("go: downloading k8s.io/api v0.37.2", None, id="go-noise"),
