@@ -31,7 +31,7 @@ from slo_operator.reconcile.desired import (
     plan_service,
     pool_from_product,
 )
-from slo_operator.render.names import is_namespace_name, is_object_name
+from slo_operator.render.names import is_label_value, is_namespace_name, is_object_name
 from slo_operator.render.objects import build_all
 from slo_operator.settings import OperatorSettings, operator_version, option
 
@@ -371,6 +371,15 @@ def _setting(field: str, *extra: str, **kwargs: Any) -> Callable[[FC], FC]:
     return click.option(*extra, opt.flag, field, envvar=opt.env, help=opt.help, **kwargs)
 
 
+def _label_pair(item: str) -> bool:
+    """Whether ``item`` is KEY=VALUE with a valid label key ([prefix/]name) and value."""
+    key, sep, value = item.partition("=")
+    prefix, slash, name = key.rpartition("/")
+    return (bool(sep) and bool(name) and is_label_value(name) and is_label_value(value)
+            and (not slash or is_object_name(prefix)))
+
+
+
 @main.command()
 @_setting("namespaces", "-n", multiple=True)
 @_setting("kubeconfig")
@@ -386,6 +395,8 @@ def _setting(field: str, *extra: str, **kwargs: Any) -> Callable[[FC], FC]:
 @_setting("workers", type=click.IntRange(min=1, max=256))
 @_setting("profiles_dir", type=click.Path(exists=True, file_okay=False))
 @_setting("runtime_image")
+@_setting("manage_alert_rules", is_flag=True)
+@_setting("alert_rule_labels", multiple=True)
 def run(**options: Any) -> None:
     """Run the operator (kopf) against the current cluster."""
     import kopf
@@ -397,10 +408,16 @@ def run(**options: Any) -> None:
     from slo_operator.handlers.setup import register_login
 
     options["namespaces"] = tuple(options["namespaces"])
+    options["alert_rule_labels"] = tuple(options["alert_rule_labels"])
     try:
         settings = OperatorSettings(**options)
     except ValueError as err:
         raise InputError(str(err)) from err
+    for item in settings.alert_rule_labels:
+        if not _label_pair(item):
+            raise InputError(
+                f"{option('alert_rule_labels').flag} must be KEY=VALUE with a Kubernetes "
+                f"label key and value (e.g. release=kube-prometheus-stack), got {item!r}")
     register_login(settings)
     operator_metrics.track_peering(bool(settings.peering))
     if settings.metrics_port:

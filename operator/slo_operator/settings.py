@@ -57,6 +57,13 @@ class OperatorSettings:
     workers: int = 8
     profiles_dir: str | None = None
     runtime_image: str | None = None
+    manage_alert_rules: bool = False
+    alert_rule_labels: tuple[str, ...] = ()
+
+    @property
+    def alert_labels(self) -> dict[str, str]:
+        """``--alert-rule-label KEY=VALUE`` settings as a label map."""
+        return dict(item.split("=", 1) for item in self.alert_rule_labels)
 
     @property
     def write_concurrency(self) -> int:
@@ -78,6 +85,11 @@ class OperatorSettings:
                 raise ValueError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
         if self.workers < 1:
             raise ValueError(f"{_flag('workers')} must be at least 1, got {self.workers}")
+        for item in self.alert_rule_labels:
+            if "=" not in item:
+                raise ValueError(
+                    f"{_flag('alert_rule_labels')} must be KEY=VALUE "
+                    f"(e.g. release=kube-prometheus-stack), got {item!r}")
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -111,6 +123,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("runtime_image", "--runtime-image", "SLO_RUNTIME_IMAGE",
            "Image the vLLM pods' init container copies the runtime from "
            "(default: this release's operator image)."),
+    Option("manage_alert_rules", "--manage-alert-rules", "SLO_MANAGE_ALERT_RULES",
+           "Keep one PrometheusRule per SLOPolicy (the rules `slo-operator rules` prints), "
+           "owned by the policy; needs the prometheus-operator CRDs (docs/alerting.md)."),
+    Option("alert_rule_labels", "--alert-rule-label", "SLO_ALERT_RULE_LABELS",
+           "Extra KEY=VALUE label on the managed PrometheusRules, for a Prometheus's "
+           "ruleSelector (repeatable; the variable is space-separated)."),
 )
 
 
@@ -121,4 +139,3 @@ def option(name: str) -> Option:
 
 def _flag(name: str) -> str:
     return option(name).flag
-

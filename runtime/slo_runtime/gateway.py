@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from slo_runtime import contract
@@ -38,6 +39,16 @@ from slo_runtime.admission import DEFAULT_MAX_QUEUE, FairAdmission, QueueFull
 from slo_runtime.limitwatch import parse_limit, watch_limit_file
 
 log = logging.getLogger("slo_runtime.gateway")
+
+# --- the endpoint picker's view --------------------------------------------------------------
+# A Gateway API Inference Extension endpoint picker (EPP) scrapes one path per pod and reads
+# vLLM's names from it; the queue it reads (vllm:num_requests_waiting by default) misses
+# the requests this gateway holds above the live limit. PICKER_METRICS_PATH serves vLLM's
+# /metrics with PICKER_QUEUE_METRIC appended: vLLM's waiting requests plus the gateway's
+# held ones. The EPP is pointed at both with --model-server-metrics-path and
+# --total-queued-requests-metric (docs/gateway.md); Prometheus keeps scraping /metrics.
+PICKER_METRICS_PATH = "/picker/metrics"
+PICKER_QUEUE_METRIC = "slo_gateway_total_queued_requests"
 
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
@@ -171,6 +182,7 @@ class Gateway:
         app = web.Application(client_max_size=cfg.max_body_bytes)
         app.router.add_get(contract.GATEWAY_METRICS_PATH, self.metrics_handler)
         app.router.add_get(contract.ENGINE_METRICS_PATH, self.engine_metrics)
+        app.router.add_get(PICKER_METRICS_PATH, self.picker_metrics)
         app.router.add_route("*", "/{tail:.*}", self.proxy)
         app.on_startup.append(self._startup)
         app.on_cleanup.append(self._cleanup)
@@ -216,6 +228,22 @@ class Gateway:
         """vLLM's own /metrics through the gateway's port, so vLLM can stay on loopback."""
         return await self._forward(request.clone(rel_url="/metrics"), b"", "-",
                                    asyncio.get_running_loop().time(), False)
+
+    async def picker_metrics(self, request: web.Request) -> web.Response:
+        """vLLM's /metrics plus :data:`PICKER_QUEUE_METRIC` (vLLM's waiting requests and
+        the gateway's held ones), for an endpoint picker; 502 while vLLM does not answer,
+        so the picker never takes an absent engine for an idle one."""
+        assert self.session is not None
+        try:
+            async with self.session.get(self.cfg.upstream + "/metrics") as up:
+                if up.status != 200:
+                    return _error(502, f"engine /metrics answered {up.status}", "BadGateway")
+                text = await up.text()
+        except (aiohttp.ClientError, OSError) as e:
+            return _error(502, f"engine /metrics unreachable: {e}", "BadGateway")
+        total = engine_waiting(text) + self.admission.queued()
+        return web.Response(body=text.encode() + picker_queue_text(total),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     # tenants
     def resolve_tenant(self, request: web.Request) -> str | None:
@@ -347,6 +375,37 @@ class Gateway:
             await resp.write(chunk)
         await resp.write_eof()
         return resp
+
+
+def engine_waiting(text: str) -> float:
+    """The sum of ``vllm:num_requests_waiting`` over its series (one per engine and
+    model) in vLLM's exposition ``text``; 0 when absent. Only that family's lines are
+    parsed: the picker scrapes often and vLLM's histograms are most of the text."""
+    name = contract.NUM_REQUESTS_WAITING
+    lines = [ln for ln in text.splitlines()
+             if ln.startswith(name) and ln[len(name):len(name) + 1] in ("{", " ")]
+    return sum(smp.value for fam in text_string_to_metric_families("\n".join(lines) + "\n")
+               for smp in fam.samples if smp.name == name)
+
+
+def picker_queue_text(total: float) -> bytes:
+    """:data:`PICKER_QUEUE_METRIC` as one gauge in the text exposition format."""
+    reg = CollectorRegistry()
+    reg.register(_Fixed(GaugeMetricFamily(
+        PICKER_QUEUE_METRIC,
+        "Requests waiting in the pod: vLLM's waiting plus the gateway's held above the "
+        "live limit.", value=total)))
+    return generate_latest(reg)
+
+
+class _Fixed:
+    """A collector of one ready-made family."""
+
+    def __init__(self, family: GaugeMetricFamily) -> None:
+        self.family = family
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield self.family
 
 
 def _probe_metrics(path: str) -> bytes:

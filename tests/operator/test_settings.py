@@ -48,6 +48,9 @@ def test_every_setting_has_a_flag_and_an_environment_variable() -> None:
                  id="environment"),
     pytest.param(["--interval", "5"], {"SLO_RECONCILE_INTERVAL": "4"},
                  OperatorSettings(interval=5.0), id="flag-wins-over-environment"),
+    pytest.param(["--manage-alert-rules", "--alert-rule-label", "release=kps"], {},
+                 OperatorSettings(manage_alert_rules=True, alert_rule_labels=("release=kps",)),
+                 id="managed-alert-rules"),
 ])
 def test_run_builds_one_settings_object_from_flags_and_environment(
         started: dict[str, Any], args: list[str], env: dict[str, str],
@@ -64,6 +67,11 @@ def test_run_builds_one_settings_object_from_flags_and_environment(
     pytest.param(["--interval", "0"], "--interval", id="zero-interval"),
     pytest.param(["--workers", "0"], "--workers", id="no-workers"),
     pytest.param(["--metrics-port", "70000"], "--metrics-port", id="port-out-of-range"),
+    pytest.param(["--alert-rule-label", "release"], "--alert-rule-label", id="label-no-value"),
+    pytest.param(["--alert-rule-label", "team=a b"], "--alert-rule-label",
+                 id="label-value-with-space"),
+    pytest.param(["--alert-rule-label", "-bad/key=x"], "--alert-rule-label",
+                 id="label-key-bad-prefix"),
 ])
 def test_run_refuses_a_bad_setting_naming_its_flag(
         started: dict[str, Any], args: list[str], want_flag: str) -> None:

@@ -13,7 +13,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from slo_devtools.replica.server import LinearSteps
 from slo_runtime import contract
 from slo_runtime.admission import FairAdmission
-from slo_runtime.gateway import GatewayMetrics, TenantsConfig, TenantSpec
+from slo_runtime.gateway import (
+    PICKER_METRICS_PATH,
+    PICKER_QUEUE_METRIC,
+    GatewayMetrics,
+    TenantsConfig,
+    TenantSpec,
+    engine_waiting,
+)
 from slo_runtime.limitwatch import parse_limit
 from tests.runtime.rt_support import Servers, wait_until
 
@@ -421,3 +428,42 @@ async def test_arrivals_count_every_inference_request_before_admission(
     assert m[(arrivals, (("tenant", "unknown"),))] == 1  # refused as unknown
     answered = sum(v for (name, _), v in m.items() if name == "slo_gateway_requests_total")
     assert answered == 5                                 # the abandoned one got no answer
+
+
+# --- the endpoint picker's queue ----------------------------------------------------------------
+async def test_picker_queue_counts_requests_held_in_the_gateway_where_vllm_reads_zero(
+        servers: Servers) -> None:
+    """Requests held above the live limit wait in the gateway, not in vLLM: vLLM's own
+    waiting gauge reads 0 while the picker's queue metric reads the held count."""
+    rep, up = await servers.replica(steps=LinearSteps(base_ms=20, per_seq_ms=0,
+                                                    prefill_ms_per_token=0))
+    gw, url = await servers.gateway(up, default_limit=2)
+    async with aiohttp.ClientSession() as s:
+        reqs = [asyncio.create_task(collect(s, url + "/v1/completions",
+                                            {"prompt": "p", "max_tokens": 40}))
+                for _ in range(6)]
+        await wait_until(lambda: gw.admission.queued() == 4 and len(rep.engine.running) == 2)
+        async with s.get(url + PICKER_METRICS_PATH) as r:
+            assert r.status == 200
+            text = await r.text()
+        await asyncio.gather(*reqs)
+    values = {smp.name: smp.value for fam in text_string_to_metric_families(text)
+              for smp in fam.samples}
+    assert values[contract.NUM_REQUESTS_WAITING] == 0
+    assert values[contract.NUM_REQUESTS_RUNNING] == 2
+    assert values[PICKER_QUEUE_METRIC] == 4
+    assert engine_waiting(text) == 0
+
+
+def test_engine_waiting_sums_every_engine_and_skips_longer_names() -> None:
+    text = ('vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+            'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 9.0\n')
+    assert engine_waiting(text) == 5
+    assert engine_waiting("") == 0
+
+
+async def test_picker_metrics_are_502_while_vllm_does_not_answer(servers: Servers) -> None:
+    _, url = await servers.gateway("http://127.0.0.1:9")  # discard port: nothing listens
+    async with aiohttp.ClientSession() as s, s.get(url + PICKER_METRICS_PATH) as r:
+        assert r.status == 502

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -18,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from slo_operator.api.cluster import (
     ApiRejected,
@@ -44,6 +46,13 @@ FIELD_MANAGER = "slo-operator"
 log = logging.getLogger(__name__)
 
 PLURALS = {"InferenceService": "inferenceservices", "SLOPolicy": "slopolicies"}
+# The API versions of the kinds the operator deletes (retired variants, a pool turned off).
+DELETE_API_VERSIONS = {"Deployment": "apps/v1",
+                       "InferencePool": "inference.networking.k8s.io/v1",
+                       "PrometheusRule": "monitoring.coreos.com/v1"}
+# Seconds an answer of API discovery (is an optional CRD installed?) is kept: a CRD
+# installed or removed shows within a minute, at one small GET a minute per kind asked.
+DISCOVERY_TTL_S = 60.0
 # For writes whose reply nothing reads (a pod's patched annotation, an Event): the client
 # hands back the raw urllib3 reply instead of building typed models from it (a whole
 # V1Pod per patch: about 5 % of the operator's CPU at 1,000 services, docs/scale.md).
@@ -198,6 +207,7 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._dynamic: DynamicClient | None = None
+        self._served: dict[tuple[str, str], tuple[bool, float]] = {}
 
     @property
     def dynamic(self) -> DynamicClient:
@@ -257,6 +267,27 @@ class Kube:
             prices=prices or None,
         )
 
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves ``kind`` in ``api_version`` (an optional CRD is
+        installed), from API discovery (``GET /apis/<group>/<version>``, which every
+        authenticated user may read), kept for ``DISCOVERY_TTL_S``. A failed lookup
+        other than 404 keeps the last answer (False before any)."""
+        key, now = (api_version, kind), time.monotonic()
+        cached = self._served.get(key)
+        if cached is not None and now - cached[1] < DISCOVERY_TTL_S:
+            return cached[0]
+        group, _, version = api_version.rpartition("/")
+        try:
+            found = self._wire(self.custom.get_api_resources(group, version))
+            served = any(r.get("kind") == kind for r in (found or {}).get("resources") or [])
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("API discovery of %s failed: %s", api_version, e.reason)
+                return cached[0] if cached is not None else False
+            served = False
+        self._served[key] = (served, now)
+        return served
+
     # ------------------------------------------------------------------ writes
 
     def apply(self, obj: Mapping[str, Any]) -> None:
@@ -280,8 +311,11 @@ class Kube:
     def delete(self, kind: str, namespace: str, name: str) -> None:
         """Delete one owned object (a Deployment of a variant no pool offers any more);
         one already gone is fine."""
-        resource = self.dynamic.resources.get(
-            api_version="apps/v1" if kind == "Deployment" else "v1", kind=kind)
+        try:
+            resource = self.dynamic.resources.get(
+                api_version=DELETE_API_VERSIONS.get(kind, "v1"), kind=kind)
+        except ResourceNotFoundError:
+            return  # the kind is not served (its CRD is gone): nothing of it is left
         try:
             self.dynamic.delete(  # type: ignore[no-untyped-call]
                 resource, name=name, namespace=namespace)

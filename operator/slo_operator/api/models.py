@@ -644,6 +644,87 @@ class PolicyRef(_Model):
     )
 
 
+# The endpoint picker's ext-proc (gRPC) port when the user names none: the reference EPP's
+# default (gateway-api-inference-extension v1.2.0, pkg/epp/server/runserver.go,
+# DefaultGrpcPort = 9002, the default of its --grpc-port flag).
+DEFAULT_ENDPOINT_PICKER_PORT = 9002
+
+
+class EndpointPickerRef(_Model):
+    """The endpoint picker (EPP) the InferencePool names: the v1 InferencePool's
+    spec.endpointPickerRef, with the port as a plain number."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Name of the endpoint picker's object (a Service by default) in the "
+        "service's namespace.",
+    )
+    kind: str = Field(
+        default="Service", min_length=1, max_length=63,
+        pattern=r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$",
+        description="Kind of the endpoint picker's object; default Service.",
+    )
+    group: str = Field(
+        default="", max_length=253,
+        pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="API group of the endpoint picker's object; default empty (core).",
+    )
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(
+        default=DEFAULT_ENDPOINT_PICKER_PORT,
+        description="The endpoint picker's ext-proc port number (1-65535); default 9002 "
+        "(the reference EPP's).",
+    )
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose",
+        description="What the gateway does when the picker does not answer: FailClose "
+        "(refuse, the default) or FailOpen (route without it).",
+    )
+
+
+class InferencePoolRouting(_Model):
+    """An InferencePool (Gateway API Inference Extension, inference.networking.k8s.io/v1)
+    over the service's pods, for a gateway and its endpoint picker to route to."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!self.enabled || has(self.endpointPickerRef)",
+                    "spec.routing.inferencePool.endpointPickerRef is required when "
+                    "spec.routing.inferencePool.enabled is true",
+                    ".endpointPickerRef",
+                ),
+            ]
+        }
+    )
+
+    enabled: bool = Field(
+        default=False,
+        description="Create an InferencePool selecting every variant's pods; default false.",
+    )
+    endpoint_picker_ref: EndpointPickerRef | None = Field(
+        default=None,
+        description="The endpoint picker the pool names (required when enabled).",
+    )
+
+    @model_validator(mode="after")
+    def _picker(self) -> InferencePoolRouting:
+        if self.enabled and self.endpoint_picker_ref is None:
+            raise ValueError(
+                ".endpointPickerRef: required when spec.routing.inferencePool.enabled is true"
+            )
+        return self
+
+
+class RoutingSpec(_Model):
+    """How traffic reaches the service beyond its Kubernetes Service."""
+
+    inference_pool: InferencePoolRouting = Field(
+        default_factory=InferencePoolRouting,
+        description="An InferencePool for Gateway API Inference Extension routing; default off.",
+    )
+
+
 class InferenceServiceSpec(_Model):
     """A vLLM deployment whose replicas and batch limit slo-operator keeps inside the referenced
     SLOPolicy at the lowest GPU cost.
@@ -665,6 +746,11 @@ class InferenceServiceSpec(_Model):
     replicas: ReplicaBounds = Field(
         default_factory=ReplicaBounds,
         description="Replica bounds that narrow the policy's spec.scaling for this service."
+    )
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="Routing beyond the Service: an InferencePool for the Gateway API "
+        "Inference Extension (opt-in).",
     )
 
 

@@ -58,7 +58,8 @@ from slo_operator.reconcile.placing import (
     retire_variants,
     variant_status,
 )
-from slo_operator.reconcile.ports import AppliedCache, AppliedView
+from slo_operator.reconcile.ports import ApiDiscovery, AppliedCache, AppliedView
+from slo_operator.reconcile.routing import plan_pool
 from slo_operator.reconcile.status import (
     EventSpec,
     SLOUpdate,
@@ -71,6 +72,7 @@ from slo_operator.reconcile.status import (
     rollout_conditions,
     status_write,
 )
+from slo_operator.render.inference_pool import INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND
 from slo_operator.render.objects import LABEL_VARIANT, build_all
 from slo_operator.settings import OperatorSettings
 
@@ -90,6 +92,8 @@ class Settings:
     runtime_image: str = DEFAULT_RUNTIME_IMAGE
     profiles: tuple[NodeProfile, ...] = ()
     pass_interval: float = OperatorSettings.interval
+    # Which optional kinds the API server serves (the InferencePool CRD); None: none.
+    discovery: ApiDiscovery | None = None
 
 
 @dataclass(frozen=True)
@@ -289,9 +293,14 @@ def plan_reconcile(
     refusal = Refusal(body, old_status, new.model_copy(deep=True), tuple(conds), now)
 
     stamp = now.timestamp()
+    routing = spec.routing.inference_pool
+    pool = plan_pool(routing, plan.render, routing.enabled and settings.discovery is not None
+                     and settings.discovery.serves(INFERENCE_POOL_API_VERSION,
+                                                   INFERENCE_POOL_KIND),
+                     old_status.conditions)
     applies: list[Action] = []
-    for obj in build_all(plan.render, renders):
-        drifted = False
+    for obj in [*build_all(plan.render, renders), *pool.objects]:
+        drifted = pool.force and obj is pool.obj
         if obj["kind"] == "Deployment":
             # The watch cache shows the Deployment gone or scaled by another writer: apply
             # it again even while the cache says it was applied lately.
@@ -309,7 +318,8 @@ def plan_reconcile(
                                  refusal=refusal if applies else None)
         applies.append(Apply(obj))
 
-    deletes = retire_variants(snap, namespace, name, plan, placed)
+    deletes = [*retire_variants(snap, namespace, name, plan, placed), *pool.deletes]
+    conds += [pool.cond] if pool.cond is not None else []
     dep = snap.deployment(namespace, name)
     pods = snap.pods_of(namespace, name)
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)

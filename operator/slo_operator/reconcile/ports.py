@@ -40,6 +40,15 @@ class KubeWriter(Protocol):
         """Post one core/v1 Event on ``involved``."""
 
 
+class ApiDiscovery(Protocol):
+    """Which optional kinds the API server serves (a CRD the operator does not ship, such
+    as the Gateway API Inference Extension's InferencePool). ``adapters.kube.Kube`` answers
+    from API discovery, cached; tests answer from a value."""
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        """True when the API server serves ``kind`` in ``api_version``."""
+
+
 class AppliedView(Protocol):
     """What the planner reads of the :class:`AppliedCache` (nothing that changes it)."""
 
