@@ -72,13 +72,25 @@ CHUNK_BUDGET_CHANGED = "ChunkBudgetChanged"
 PLACED = "Placed"
 
 # Which transitions post Events, and of which type (see reconcile.status.choose_events).
+# The InferenceService's InferencePool (spec.routing.inferencePool; docs/gateway.md).
+INFERENCE_POOL_READY = "InferencePoolReady"
+POOL_APPLIED = "Applied"  # True: the pool is applied over every variant's pods
+CRD_MISSING = "CRDMissing"  # False: the API server does not serve the kind (no CRD)
+POOL_DISABLED = "Disabled"  # False: the field was turned off; the pool was deleted
+# The SLOPolicy's managed PrometheusRule (--manage-alert-rules; docs/alerting.md).
+ALERT_RULES_READY = "AlertRulesReady"
+RULES_APPLIED = "RulesApplied"  # True: the PrometheusRule holds the policy's rules
+RULES_REJECTED = "RulesRejected"  # False: 400/409/422, the API server or admission refused
+FORBIDDEN = "Forbidden"  # False: 403, RBAC or an admission webhook refused
+
 WARN_WHEN_FALSE = frozenset(
     {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE}
 )
 WARN_WHEN_TRUE = frozenset({SCALING_LIMITED})
-WARNING_REASONS = frozenset({UNKNOWN_GPU})
+WARNING_REASONS = frozenset({UNKNOWN_GPU, CRD_MISSING})
 NORMAL_EVENT_TYPES = frozenset(
-    {READY, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE, SCALING_LIMITED}
+    {READY, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE, SCALING_LIMITED,
+     INFERENCE_POOL_READY}
 )
 
 

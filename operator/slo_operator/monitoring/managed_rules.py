@@ -25,11 +25,11 @@ API_GROUP_VERSION = rules.PROMETHEUS_RULE_API_VERSION
 CRD_NAME = "prometheusrules.monitoring.coreos.com"
 
 # The condition on the SLOPolicy (only while the operator manages alert rules).
-ALERT_RULES_READY = "AlertRulesReady"
-RULES_APPLIED = "RulesApplied"  # True: the PrometheusRule holds the policy's rules
-CRD_MISSING = "CRDMissing"  # False: the API server serves no PrometheusRule kind
-RULES_REJECTED = "RulesRejected"  # False: 400/409/422, the API server or admission refused
-FORBIDDEN = "Forbidden"  # False: 403, RBAC or an admission webhook refused
+ALERT_RULES_READY = C.ALERT_RULES_READY
+RULES_APPLIED = C.RULES_APPLIED
+CRD_MISSING = C.CRD_MISSING
+RULES_REJECTED = C.RULES_REJECTED
+FORBIDDEN = C.FORBIDDEN
 # False: another refusal (5xx, 429); retried after the back-off.
 APPLY_FAILED = C.APPLY_FAILED
 INVALID_SPEC = C.INVALID_SPEC  # False: the policy is invalid; the last good rules stay

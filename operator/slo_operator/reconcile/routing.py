@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slo_operator.api import conditions as C
 from slo_operator.api.conditions import Cond
 from slo_operator.api.models import Condition, InferencePoolRouting
 from slo_operator.reconcile.actions import Delete
@@ -34,11 +35,11 @@ from slo_operator.render.inference_pool import (
 from slo_operator.render.objects import RenderInput
 from slo_runtime.contract import GATEWAY_PORT
 
-# Condition type and reasons (docs/gateway.md lists them for users).
-INFERENCE_POOL_READY = "InferencePoolReady"
-APPLIED = "Applied"  # True: the pool is applied over every variant's pods
-CRD_MISSING = "CRDMissing"  # False: the API server does not serve InferencePool v1
-DISABLED = "Disabled"  # False: the field was turned off; the pool was deleted
+# Condition type and reasons (api.conditions; docs/gateway.md lists them for users).
+INFERENCE_POOL_READY = C.INFERENCE_POOL_READY
+APPLIED = C.POOL_APPLIED
+CRD_MISSING = C.CRD_MISSING
+DISABLED = C.POOL_DISABLED
 
 
 @dataclass(frozen=True)

@@ -102,9 +102,9 @@ def test_which_transitions_post_warning_and_normal_events() -> None:
     assert {C.READY, C.SPEC_VALID, C.POLICY_BOUND, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT,
             C.METRICS_AVAILABLE} == C.WARN_WHEN_FALSE
     assert {C.SCALING_LIMITED} == C.WARN_WHEN_TRUE
-    assert {C.UNKNOWN_GPU} == C.WARNING_REASONS
+    assert {C.UNKNOWN_GPU, C.CRD_MISSING} == C.WARNING_REASONS
     assert {C.READY, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT, C.METRICS_AVAILABLE,
-            C.SCALING_LIMITED} == C.NORMAL_EVENT_TYPES
+            C.SCALING_LIMITED, C.INFERENCE_POOL_READY} == C.NORMAL_EVENT_TYPES
 
 
 def test_every_condition_type_and_reason_is_documented_by_its_wire_value() -> None:

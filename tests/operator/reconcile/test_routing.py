@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import Condition, InferencePoolRouting, InferenceServiceSpec
-from slo_operator.reconcile.actions import Apply, Delete
+from slo_operator.reconcile.actions import Apply, Delete, PostEvent
 from slo_operator.reconcile.planner import Settings, plan_reconcile
 from slo_operator.reconcile.routing import (
     APPLIED,
@@ -108,6 +108,9 @@ def test_reconcile_without_the_crd_reports_it_and_applies_everything_else() -> N
     c = _conds(plan.status)[INFERENCE_POOL_READY]
     assert (c["status"], c["reason"]) == ("False", CRD_MISSING)
     assert _conds(plan.status)["Ready"]["reason"] != CRD_MISSING
+    # Said once, as a Warning Event, on the transition.
+    warned = [a for a in plan.actions if isinstance(a, PostEvent) and a.reason == CRD_MISSING]
+    assert [a.type for a in warned] == ["Warning"]
 
 
 def test_reconcile_deletes_the_pool_when_turned_off() -> None:
