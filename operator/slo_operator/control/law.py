@@ -265,7 +265,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                                _arrivals(sig, state, now, policy.window_s)[0])
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight)
-    norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in)
+    # Ready (warm) pods without series in this pass (a failing scrape, a target gone
+    # from Prometheus): their requests are missing from the load, which reads low.
+    unreported = 0 if sig.pods is None else max(
+        0, obs.replicas.ready - obs.replicas.warming - sig.pods)
+    norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported)
 
     limited_reason, limited_message = norm.limited_reason, norm.limited_message
     if not cap.feasible and limited_reason is None:
@@ -564,11 +568,12 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
 # --- 5. normalize ---------------------------------------------------------------------------
 def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
               state: ControlState, now: float, miss: float | None,
-              scale_in: ScaleIn) -> Normalized:
+              scale_in: ScaleIn, unreported: int = 0) -> Normalized:
     """The replica count after the dead band, stabilization, reversal, step limits,
     pending pods, bounds and budget; limits report from the softest to the hardest (the
     last that bit is the one reported). ``miss``: the largest measured latency over its
-    target (above 1: violated), which holds any scale-in."""
+    target (above 1: violated), which holds any scale-in; so does ``unreported`` above 0
+    (Ready pods whose series are missing: the load reads lower than it is)."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
@@ -580,8 +585,9 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
     else:
         rec = cur
     slo_hold = rec < cur and miss is not None and miss > 1.0
-    if slo_hold:
-        rec = cur  # never scale in while the SLO is violated
+    unreported_hold = rec < cur and not slo_hold and unreported > 0
+    if slo_hold or unreported_hold:
+        rec = cur  # never scale in while the SLO is violated or the load is undercounted
 
     # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
     # down to the highest of the down window (shortened by the error budget). Each run of
@@ -604,7 +610,8 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         # replicas count as the window's wish, so the first scale-down waits a whole window.
         down_ceiling = max(down_ceiling, cur)
     target = min(max(cur, up_floor), down_ceiling)
-    held: str | None = R.SLO_VIOLATED if slo_hold else None
+    held: str | None = R.SLO_VIOLATED if slo_hold else (
+        R.PODS_UNREPORTED if unreported_hold else None)
     if rec < cur and target == cur:
         held = R.STABILIZING
 

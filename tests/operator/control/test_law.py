@@ -216,6 +216,21 @@ def test_an_end_to_end_miss_holds_a_scale_in_even_where_the_model_calls_it_out_o
     assert ds[-1].replicas < 3
 
 
+def test_ready_pods_without_series_hold_a_scale_in() -> None:
+    # One of three Ready pods is not scraped (its series are gone): the load reads a third
+    # low, so the replicas are not taken away on it; once it reports again, they are.
+    loop = settled(3, rate=60.0)
+    assert loop.replicas == 3
+    ds = loop.run(900, rate=10.0, pods=2)
+    assert {(d.replicas, d.reason) for d in ds[-10:]} == {(3, R.PODS_UNREPORTED)}
+    ds = loop.run(900, rate=10.0, pods=3)
+    assert ds[-1].replicas < 3
+    # Pods still warming up may not be scraped yet: they do not count as unreported.
+    warm = settled(3, rate=60.0)
+    ds = warm.run(900, rate=10.0, pods=2, warming=1)
+    assert ds[-1].replicas < 3
+
+
 def test_the_correction_waits_while_asked_for_replicas_start() -> None:
     loop = settled(1, rate=10.0)
     first = loop.step(rate=40.0)
