@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -46,6 +47,19 @@ class QueryError:
     message: str
 
 
+def redact_url(url: str | None) -> str | None:
+    """``url`` without a password (user:password@host -> user:***@host) for logs,
+    Events and status."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 class PrometheusAdapter:
     """Instant queries against one Prometheus, each in a thread with a timeout."""
 
@@ -57,6 +71,9 @@ class PrometheusAdapter:
         in flight at once, in the adapter's own pool (the operator passes its number of
         queries per cycle, so one cycle's run side by side; 10 is the cycle's budget)."""
         self.url = url.rstrip("/")
+        # What logs and messages show: the password never leaves the adapter.
+        self.shown_url = redact_url(self.url) or ""
+        self._secret = urlsplit(self.url).password
         self.timeout = timeout
         self.on_query = on_query
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="promql")
@@ -77,14 +94,18 @@ class PrometheusAdapter:
                                              timeout=self.timeout)
         except (requests.RequestException, PrometheusApiClientException, ValueError,
                 KeyError, TypeError) as e:
-            self.last_error = QueryError(name, f"{type(e).__name__}: {str(e)[:300]}")
-            log.warning("Failed Prometheus query %s at %s: %s", name, self.url,
+            self.last_error = QueryError(name, f"{type(e).__name__}: {self._scrub(str(e))[:300]}")
+            log.warning("Failed Prometheus query %s at %s: %s", name, self.shown_url,
                         self.last_error.message)
             return None
         if not isinstance(data, list):
             self.last_error = QueryError(name, "reply carried no result list")
             return None
         return [r for r in data if isinstance(r, dict)]
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the URL's password masked (an error that quotes the URL)."""
+        return text.replace(self._secret, "***") if self._secret else text
 
     async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Result]:
         """All queries side by side in worker threads; a query past its timeout is None."""

@@ -13,12 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import kopf
 
 from slo_operator.adapters.kube import Kube, load_api_client
-from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter
+from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter, redact_url
 from slo_operator.api.models import GROUP
 from slo_operator.api.observe import ServiceKey
 from slo_operator.engine.profiles import load_profiles
@@ -288,15 +287,3 @@ async def unfollow(memo: kopf.Memo, **_: Any) -> None:
     ctx: Context | None = getattr(memo, "slo", None)
     if ctx is not None:
         ctx.owners.stop()
-
-
-def redact_url(url: str | None) -> str | None:
-    """``url`` without a password (user:password@host -> user:***@host) for logs."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

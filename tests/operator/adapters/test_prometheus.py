@@ -22,10 +22,12 @@ SERIES = [{"metric": {"namespace": "ns", "service": "chat"}, "value": [1.0, "3"]
 class _Handler(BaseHTTPRequestHandler):
     replies: dict[str, tuple[int, bytes]] = {}
     seen: list[dict[str, list[str]]] = []
+    auth: list[str | None] = []
 
     def do_GET(self) -> None:
         qs = parse_qs(urlparse(self.path).query)
         self.seen.append(qs)
+        self.auth.append(self.headers.get("Authorization"))
         status, body = self.replies.get(qs["query"][0], (404, b"{}"))
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -45,6 +47,7 @@ def prometheus() -> Iterator[str]:
         "garbage": (200, b"not json"),
     }
     _Handler.seen = []
+    _Handler.auth = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -110,3 +113,29 @@ def test_queries_are_answered_while_the_default_executor_is_busy(prometheus: str
     finally:
         prom.close()
     assert out == {"a": SERIES, "b": SERIES}
+
+
+def test_a_password_in_the_url_is_sent_but_never_logged_or_reported(
+        prometheus: str, caplog: pytest.LogCaptureFixture) -> None:
+    secret = "s3cr3t-pw"
+    url = prometheus.replace("http://", f"http://ops:{secret}@")
+    prom = PrometheusAdapter(url, timeout=5)
+    with caplog.at_level("DEBUG"):
+        got = asyncio.run(prom.run({"a": "good", "b": "broken"}, at=0))
+    assert got["a"] == SERIES and got["b"] is None
+    assert _Handler.auth and all(a is not None and a.startswith("Basic ")
+                                 for a in _Handler.auth)
+    assert prom.last_error is not None
+    assert "Failed Prometheus query b" in caplog.text and "ops:***@" in caplog.text
+    assert secret not in caplog.text and secret not in prom.last_error.message
+    assert secret not in prom.shown_url
+    # Refused: the client's own error quotes the host; the password still stays out.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    down = PrometheusAdapter(f"http://ops:{secret}@127.0.0.1:{port}", timeout=2)
+    caplog.clear()
+    with caplog.at_level("DEBUG"):
+        asyncio.run(down.run({"a": "good"}, at=0))
+    assert down.last_error is not None and secret not in down.last_error.message
+    assert "Failed Prometheus query a" in caplog.text and secret not in caplog.text
