@@ -25,7 +25,7 @@ from typing import Any
 
 import kopf
 
-from slo_operator.handlers.setup import PeeringGate, context
+from slo_operator.handlers.setup import PeeringGate, context, release_freed_memory
 from slo_operator.monitoring.operator_metrics import METRICS
 from slo_operator.reconcile.caches import pick_indexes, snapshot
 from slo_operator.reconcile.policy_binding import reconcile_policy
@@ -202,6 +202,7 @@ async def _loop(memo: kopf.Memo) -> None:
             continue
         passes += 1
         METRICS.passes.labels("ok").inc()
+        await asyncio.to_thread(release_freed_memory)
         log.info("Finished periodic pass %d: %d objects applied or patched", passes, writes)
 
 
