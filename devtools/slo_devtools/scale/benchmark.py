@@ -93,6 +93,14 @@ def total(samples: Iterable[Sample], name: str, **match: str) -> float:
                if n == name and all(labels.get(k) == want for k, want in match.items()))
 
 
+STATUS_WRITES = "slo_operator_status_writes_total"
+
+
+def status_write_reasons(samples: Iterable[Sample]) -> set[str]:
+    """The reasons the operator's status-write counter has seen."""
+    return {labels.get("reason", "") for n, labels, _ in samples if n == STATUS_WRITES}
+
+
 def request_counts(samples: Iterable[Sample]) -> Counter[tuple[str, str, str]]:
     """(verb, resource, subresource) -> requests served, for the operator's kinds."""
     out: Counter[tuple[str, str, str]] = Counter()
@@ -211,6 +219,9 @@ class Result:
     samples_per_pass: float = 0.0
     series: int = 0
     requests_per_pass: dict[str, float] = field(default_factory=dict)
+    # The operator's own count of status writes per pass, by what moved
+    # (slo_operator_status_writes_total{reason}).
+    status_writes_per_pass: dict[str, float] = field(default_factory=dict)
     writes_per_pass: float = 0.0
     reads_per_pass: float = 0.0
     pass_writes_logged: list[int] = field(default_factory=list)
@@ -261,6 +272,9 @@ def markdown(results: Sequence[Result]) -> str:
         if r.requests_per_pass:
             lines.append(f"N={r.n} API requests per pass: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in sorted(r.requests_per_pass.items())))
+        if r.status_writes_per_pass:
+            lines.append(f"N={r.n} status writes per pass by what moved: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(r.status_writes_per_pass.items())))
         if r.status_changes:
             lines.append(f"N={r.n} status of one service over the counted passes, changed: "
                          + ", ".join(r.status_changes))
@@ -500,6 +514,9 @@ def run_one(n: int, *, interval: float, workers: int, passes: int, out: Path,
         res.samples_per_pass = delta(prom0, prom1, "prometheus_engine_query_samples_total") / k
         req = {key: api1[key] - api0[key] for key in api1 if api1[key] != api0[key]}
         res.requests_per_pass = {"/".join(x for x in key if x): v / k for key, v in req.items()}
+        res.status_writes_per_pass = {
+            reason: d / k for reason in sorted(status_write_reasons(op1))
+            if (d := delta(op0, op1, STATUS_WRITES, reason=reason))}
         res.writes_per_pass = sum(v for key, v in req.items() if key[0] in WRITES) / k
         res.reads_per_pass = sum(v for key, v in req.items() if key[0] in READS) / k
         res.cpu_s_per_pass = (cpu1 - cpu0) / k

@@ -64,6 +64,13 @@ class OperatorMetrics:
             "API writes the periodic pass sent (result=sent) or refused because kopf had "
             "paused this replica (result=refused).", ["result"], registry=registry)
 
+        self.status_writes = Counter(
+            "slo_operator_status_writes",
+            "InferenceService status patches sent, by what moved: a status key "
+            "(desiredReplicas, lastDecisions, ...), condition:<type>, observed, attainment, "
+            "errorBudgetRemaining, memory or heartbeat (docs/status-and-events.md).",
+            ["reason"], registry=registry)
+
 
 METRICS = OperatorMetrics()
 

@@ -77,6 +77,7 @@ class PatchStatus:
     namespace: str
     name: str
     status: Mapping[str, Any]
+    why: str = ""  # what moved (``status.status_write``'s reason)
 
 
 @dataclass(frozen=True)

@@ -124,10 +124,11 @@ def report(
     final.conditions = merge_conditions(old.conditions, conds, now, meta.get("generation"))
     status, written = dump(final), dump(old)
     actions: list[Action] = []
-    if status_write(written, status, now, loop=update is not None,
-                    memory_changed=update is not None and update.memory_changed):
+    why = status_write(written, status, now, loop=update is not None,
+                       memory_changed=update is not None and update.memory_changed)
+    if why:
         actions.append(PatchStatus("InferenceService", meta["namespace"], meta["name"],
-                                   merge_patch(written, status)))
+                                   merge_patch(written, status), why))
     else:
         # Nothing a reader uses moved: the written status stays, per-pass times included,
         # and is what the next pass starts from.

@@ -28,6 +28,7 @@ from slo_operator.adapters.prometheus import MetricsSource
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.observe import ServiceKey
 from slo_operator.monitoring.operator_metrics import METRICS
+from slo_operator.reconcile.actions import PatchStatus
 from slo_operator.reconcile.executor import Outcome, execute
 from slo_operator.reconcile.gpu_inventory import Fleet, survey
 from slo_operator.reconcile.loop import LawMemory, observe_and_decide
@@ -114,6 +115,9 @@ def _executed(r: Reconciler, latest: Mapping[str, Any], plan: ReconcilePlan) -> 
     """Make one plan's writes (blocking: run in a worker thread); counted and remembered."""
     outcome = execute(r.kube, plan, r.applied)
     METRICS.reconciles.labels(KIND, "ok").inc()
+    for action in plan.actions:
+        if isinstance(action, PatchStatus):
+            METRICS.status_writes.labels(action.why or "other").inc()
     for ev in outcome.events:
         if ev.type == "Warning":
             METRICS.errors.labels(KIND, ev.reason).inc()

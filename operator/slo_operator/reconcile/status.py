@@ -325,7 +325,10 @@ def heartbeat_due(stamp: str | None, now: float) -> bool:
 def status_write(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime,
                  loop: bool = False, memory_changed: bool = False) -> str | None:
     """Why ``new`` must replace the written status ``old`` (wire forms), or None when the
-    written one still tells every reader the truth.
+    written one still tells every reader the truth. The reason names what moved: a status
+    key (``desiredReplicas``, ``lastDecisions``, ...), ``condition:<type>``, ``observed``,
+    ``attainment``, ``errorBudgetRemaining``, ``memory`` or ``heartbeat`` (the operator
+    counts writes by it: ``slo_operator_status_writes_total``).
 
     Written at once: any change of the decision (replicas, batch limit, ``lastDecisions``),
     the conditions (status, reason, message; numbers masked in :data:`MEASURED_CONDITIONS`),
@@ -335,11 +338,13 @@ def status_write(old: Mapping[str, Any], new: Mapping[str, Any], now: datetime,
     Per-pass times (``observed.time``, the memory's own stamps) never count by themselves.
     ``loop``: ``new`` comes from an SLO pass, which also writes at the heartbeat.
     """
-    rest = {k: v for k, v in old.items() if k not in _APART}
-    if rest != {k: v for k, v in new.items() if k not in _APART}:
-        return "changed"
-    if _conditions(old) != _conditions(new):
-        return "conditions"
+    for key in sorted((set(old) | set(new)) - set(_APART)):
+        if old.get(key) != new.get(key):
+            return key
+    was, now_conds = _conditions(old), _conditions(new)
+    if was != now_conds:
+        moved = sorted({c[0] for c in set(was) ^ set(now_conds)})
+        return f"condition:{moved[0]}" if moved else "conditions"
     if _moved_signals(old.get("observed"), new.get("observed")):
         return "observed"
     for key in ("attainment", "errorBudgetRemaining"):

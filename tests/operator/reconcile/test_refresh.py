@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from slo_operator.api.cluster import NodeInfo, Snapshot
 from slo_operator.api.observe import ServiceKey
@@ -93,6 +94,23 @@ def test_a_policy_edit_decides_for_its_bound_services_at_once() -> None:
     assert status["control"]["state"]
     # The other tenant's service is neither decided for nor written.
     assert not [k for k in kube.objects if k[1] == "team-b"]
+
+
+def _status_writes() -> dict[str, float]:
+    return {s.labels["reason"]: s.value for m in REGISTRY.collect()
+            if m.name == "slo_operator_status_writes" for s in m.samples
+            if s.name.endswith("_total")}
+
+
+def test_status_writes_are_counted_by_what_moved() -> None:
+    snap = two_tenants()
+    before = _status_writes()
+    asyncio.run(policy_changed(reconciler(FakeKube(), FakeMetrics({CHAT: QUIET})),
+                               edited_gold(), snap))
+    after = _status_writes()
+    moved = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k)}
+    # One write for the service the edit decided for: its replicas moved to the new minimum.
+    assert moved == {"desiredReplicas": 1.0}
 
 
 def test_a_resumed_policy_refreshes_its_services_without_querying_prometheus() -> None:
