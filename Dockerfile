@@ -29,12 +29,20 @@ RUN /venv/bin/pip install --only-binary=:all: --no-binary=slo-operator,slo-runti
 FROM ${PYTHON_IMAGE}
 # pip and setuptools of the base are build tools too; the operator never installs anything.
 # (A base built from Debian packages, hack/build-image.sh, has no pip to remove.)
+# The user is added first (groupadd/useradd), then the package managers go: apt and dpkg
+# with their state (/var/lib/dpkg, /var/lib/apt, /etc/apt), and ensurepip with the wheels it
+# installs pip from. Nothing here needs them: the operator runs from /venv, and the init
+# container that copies slo_runtime out needs only sh, cp and python3.
 RUN if python -m pip --version >/dev/null 2>&1; then \
       python -m pip uninstall --yes pip setuptools wheel; fi \
- && rm -rf /root/.cache /var/lib/apt/lists/* \
  && groupadd --gid 65532 slo \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin slo
+      --shell /usr/sbin/nologin slo \
+ && ensurepip="$(python -c 'import ensurepip, os; print(os.path.dirname(ensurepip.__file__))')" \
+ && rm -rf "$ensurepip" /usr/share/python-wheels /root/.cache \
+      /usr/bin/apt /usr/bin/apt-* /usr/lib/apt /etc/apt /var/lib/apt /var/cache/apt \
+      /var/log/apt /usr/bin/dpkg /usr/bin/dpkg-* /usr/sbin/dpkg-* /usr/lib/dpkg /etc/dpkg \
+      /var/lib/dpkg /var/log/dpkg.log
 COPY --from=build /venv /venv
 ENV PATH=/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532

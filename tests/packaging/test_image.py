@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -81,6 +82,21 @@ def test_multi_stage_and_final_stage_is_non_root_without_build_tools() -> None:
     assert json.loads(entry.split(None, 1)[1]) == ["slo-operator"]
 
 
+def test_final_stage_removes_the_package_managers() -> None:
+    # A Debian base (python:3.11-slim or hack/build-image.sh's) carries apt and dpkg; the
+    # final stage deletes them with their state, and ensurepip with the pip wheels it holds.
+    # tests/integration/test_ship_image.py checks the built image itself.
+    final = "\n".join(stages()[-1])
+    removed = set(re.findall(r"(?<=\s)/\S+", " ".join(
+        i for i in final.splitlines() if i.startswith("RUN ") and "rm -rf" in i)))
+    for path in ("/usr/bin/apt", "/usr/bin/apt-*", "/usr/bin/dpkg", "/var/lib/dpkg",
+                 "/var/lib/apt", "/etc/apt", "/usr/share/python-wheels"):
+        assert path in removed, f"final stage keeps {path}"
+    assert '"$ensurepip"' in final
+    # The user must exist before useradd's own package database goes away.
+    assert final.index("useradd") < final.index("/var/lib/dpkg")
+
+
 def test_entrypoint_is_the_installed_console_script() -> None:
     pyproject = (ROOT / "operator" / "pyproject.toml").read_text()
     assert re.search(r'^slo-operator = "slo_operator\.cli:main"$', pyproject, re.M)
@@ -115,7 +131,8 @@ def test_init_container_copy_command_works_on_this_python(tmp_path: Path) -> Non
 
 def runtime_imports() -> dict[str, set[str]]:
     """Third-party top-level imports of the in-pod modules, followed through slo_runtime."""
-    todo, seen, third = list(IN_POD), set(), {}
+    todo, seen = list(IN_POD), set[str]()
+    third: dict[str, set[str]] = {}
     while todo:
         mod = todo.pop()
         if mod in seen or mod in NOT_IN_POD:
@@ -141,7 +158,8 @@ def runtime_imports() -> dict[str, set[str]]:
 def vllm_closure() -> set[str]:
     """Distributions vLLM 0.32.0 installs on Linux x86_64, as far as the recorded metadata
     reaches (direct requirements, plus the recorded packages' own, extras followed)."""
-    recorded = {canonicalize_name(k.split("==")[0]): v for k, v in DEPS["packages"].items()}
+    recorded: dict[str, Any] = {canonicalize_name(k.split("==")[0]): v
+                                for k, v in DEPS["packages"].items()}
     env = {"platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux",
            "python_version": "3.12", "platform_python_implementation": "CPython"}
     out: set[str] = set()
@@ -178,3 +196,45 @@ def test_closure_check_would_catch_a_foreign_import() -> None:
     closure = vllm_closure()
     assert "uvloop" in closure and "click" in closure and "multidict" in closure
     assert "kopf" not in closure and "kubernetes" not in closure
+
+
+def _make_image_step(tmp_path: Path, *, buildah: bool, uid: int) -> str:
+    """What the Makefile's IMAGE_STEP (the `test` target's image prerequisite) expands to
+    with or without buildah on PATH, as root or not: PATH holds only stand-in `id` and
+    `buildah` (make's shell is /bin/sh by its full path, make is run by its full path)."""
+    fake = tmp_path / f"bin-{buildah}-{uid}"
+    fake.mkdir()
+    (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    if buildah:
+        (fake / "buildah").write_text("#!/bin/sh\nexit 0\n")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make not installed")
+    proc = subprocess.run(
+        [make, "--no-print-directory", "-s", "-f", str(ROOT / "Makefile"),
+         "--eval", "print-image-step: ; $(info [$(IMAGE_STEP)])", "print-image-step"],
+        capture_output=True, text=True, env={"PATH": str(fake)}, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_make_test_builds_the_image_only_with_buildah_as_root(tmp_path: Path) -> None:
+    assert _make_image_step(tmp_path, buildah=True, uid=0) == "[image]"
+    assert _make_image_step(tmp_path, buildah=True, uid=1000) == "[]"
+    assert _make_image_step(tmp_path, buildah=False, uid=0) == "[]"
+    makefile = (ROOT / "Makefile").read_text()
+    test_rule = re.search(r"^test:(.*)$", makefile, re.M)
+    assert test_rule and "$(IMAGE_STEP)" in test_rule.group(1).split()
+    assert re.search(r"^image:\n\tbash hack/build-image\.sh", makefile, re.M)
+
+
+def test_ci_entry_point_installs_the_image_tools_then_runs_make_test() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    commands = [ln.strip() for ln in script.splitlines()
+                if ln.strip() and not ln.strip().startswith("#")]
+    assert commands[-1] == "exec make test", "CI runs exactly the README's test command"
+    assert re.search(r"apt-get install -y\b.*\$\{missing\[@\]\}", script)
+    for tool in ("buildah", "debootstrap"):
+        assert f"missing+=({tool})" in script
