@@ -94,11 +94,12 @@ def total(samples: Iterable[Sample], name: str, **match: str) -> float:
 
 
 STATUS_WRITES = "slo_operator_status_writes_total"
+EVENTS_POSTED = "slo_operator_events_posted_total"
 
 
-def status_write_reasons(samples: Iterable[Sample]) -> set[str]:
-    """The reasons the operator's status-write counter has seen."""
-    return {labels.get("reason", "") for n, labels, _ in samples if n == STATUS_WRITES}
+def label_values(samples: Iterable[Sample], name: str, label: str) -> set[str]:
+    """The values of ``label`` among the samples named ``name``."""
+    return {labels.get(label, "") for n, labels, _ in samples if n == name}
 
 
 def request_counts(samples: Iterable[Sample]) -> Counter[tuple[str, str, str]]:
@@ -222,6 +223,9 @@ class Result:
     # The operator's own count of status writes per pass, by what moved
     # (slo_operator_status_writes_total{reason}).
     status_writes_per_pass: dict[str, float] = field(default_factory=dict)
+    # Events the operator itself posted per pass, by reason (slo_operator_events_posted_total;
+    # the API server's POST events also counts other components').
+    operator_events_per_pass: dict[str, float] = field(default_factory=dict)
     writes_per_pass: float = 0.0
     reads_per_pass: float = 0.0
     pass_writes_logged: list[int] = field(default_factory=list)
@@ -275,6 +279,9 @@ def markdown(results: Sequence[Result]) -> str:
         if r.status_writes_per_pass:
             lines.append(f"N={r.n} status writes per pass by what moved: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in sorted(r.status_writes_per_pass.items())))
+        if r.operator_events_per_pass:
+            lines.append(f"N={r.n} the operator's Events per pass: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(r.operator_events_per_pass.items())))
         if r.status_changes:
             lines.append(f"N={r.n} status of one service over the counted passes, changed: "
                          + ", ".join(r.status_changes))
@@ -515,8 +522,11 @@ def run_one(n: int, *, interval: float, workers: int, passes: int, out: Path,
         req = {key: api1[key] - api0[key] for key in api1 if api1[key] != api0[key]}
         res.requests_per_pass = {"/".join(x for x in key if x): v / k for key, v in req.items()}
         res.status_writes_per_pass = {
-            reason: d / k for reason in sorted(status_write_reasons(op1))
+            reason: d / k for reason in sorted(label_values(op1, STATUS_WRITES, "reason"))
             if (d := delta(op0, op1, STATUS_WRITES, reason=reason))}
+        res.operator_events_per_pass = {
+            reason: d / k for reason in sorted(label_values(op1, EVENTS_POSTED, "reason"))
+            if (d := delta(op0, op1, EVENTS_POSTED, reason=reason))}
         res.writes_per_pass = sum(v for key, v in req.items() if key[0] in WRITES) / k
         res.reads_per_pass = sum(v for key, v in req.items() if key[0] in READS) / k
         res.cpu_s_per_pass = (cpu1 - cpu0) / k

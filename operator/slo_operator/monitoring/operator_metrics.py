@@ -70,6 +70,10 @@ class OperatorMetrics:
             "(desiredReplicas, lastDecisions, ...), condition:<type>, observed, attainment, "
             "errorBudgetRemaining, memory or heartbeat (docs/status-and-events.md).",
             ["reason"], registry=registry)
+        self.events = Counter(
+            "slo_operator_events_posted",
+            "Kubernetes Events the operator posted for InferenceServices, by type "
+            "(Normal, Warning) and reason.", ["type", "reason"], registry=registry)
 
 
 METRICS = OperatorMetrics()

@@ -119,6 +119,7 @@ def _executed(r: Reconciler, latest: Mapping[str, Any], plan: ReconcilePlan) -> 
         if isinstance(action, PatchStatus):
             METRICS.status_writes.labels(action.why or "other").inc()
     for ev in outcome.events:
+        METRICS.events.labels(ev.type, ev.reason).inc()
         if ev.type == "Warning":
             METRICS.errors.labels(KIND, ev.reason).inc()
     r.statuses.remember(latest, outcome.status)
