@@ -74,7 +74,7 @@ pytestmark = pytest.mark.integration
 QUERY_TIMEOUT_S = 1.0
 SLOW_S = 5 * QUERY_TIMEOUT_S
 # A condition must follow a fault within this: a few one-second passes, plus a slow pass
-# (two timeouts per query, nine queries on eight worker threads), plus kubectl polling.
+# (two timeouts per query, ten queries on eight worker threads), plus kubectl polling.
 REACT_S = 30.0
 STALE_AGE_S = 600.0  # well past the signals' staleness bound (120 s)
 # Retry-After of the rate-limited replies: many query timeouts, yet well inside REACT_S,

@@ -32,7 +32,7 @@ def test_scale_benchmark_at_ten_services(binaries: None, tmp_path: Path) -> None
                          cold_timeout=90.0)
     assert r.reconciled_s is not None and r.reconciled_s < 90, r.notes
     assert r.passes >= 3 and len(r.pass_s) >= 3
-    # The fixed query set: 9 per pass whatever N (the budget is 10), all seen by Prometheus.
+    # The fixed query set: 10 per pass whatever N (the budget), all seen by Prometheus.
     assert 7 <= r.queries_per_pass <= 10
     assert r.engine_queries_per_pass >= r.queries_per_pass - 1
     assert r.samples_per_pass > 0

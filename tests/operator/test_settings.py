@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from slo_operator.cli import main
 from slo_operator.adapters.prometheus import redact_url
+from slo_operator.cli import main
 from slo_operator.settings import OPTIONS, OperatorSettings, default_runtime_image, operator_version
 from tests.support.paths import REPO
 

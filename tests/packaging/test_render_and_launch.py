@@ -22,7 +22,9 @@ import yaml
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from slo_operator.api import conditions as C
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
+from slo_operator.api.observe import ServiceKey
 from slo_operator.cli import main
 from slo_operator.engine import BatchBounds, EngineError, EnginePrefs, ModelFacts, plan_engine
 from slo_operator.hardware import HardwareClass, load_catalogue
@@ -33,6 +35,13 @@ from slo_operator.reconcile.desired import (
     plan_service,
     pool_from_product,
 )
+from slo_operator.slo.engine_info import (
+    engine_condition,
+    observe_variants,
+    parse_engine_info,
+)
+from slo_operator.slo.engine_info import observed_status as engine_observed
+from slo_operator.slo.promql import ENGINE_FAMILY_CHANGE, ENGINE_FAMILY_INFO
 from slo_runtime import contract as c
 from slo_runtime.contract import load_vllm_spec
 from slo_runtime.gateway import engine_metrics_text
@@ -41,6 +50,7 @@ from slo_runtime.probe import GpuInfo
 from tests.support.paths import REPO
 
 EXAMPLE = REPO / "examples" / "llama-70b-a100.yaml"
+A100 = GpuInfo("nvidia", "NVIDIA A100-SXM4-80GB", "8.0", 81920, 0, "probe")
 
 
 def service_docs(precision: str = "fp8") -> list[dict[str, Any]]:
@@ -197,6 +207,65 @@ def test_a_pod_on_another_gpu_than_planned_says_what_it_changed(tmp_path: Path) 
                if f.name == c.RUNTIME_ENGINE_CHANGE for s in f.samples]
     assert changes == [{"setting": "--kv-cache-dtype", "requested": "fp8", "applied": "auto",
                         "reason": "FP8KVCacheRisk"}]
+
+
+# ------------------------------------------------------------------ status reads it back
+
+
+def engine_query_rows(text: str, pod: str) -> list[dict[str, Any]]:
+    """What the operator's ``engine`` query returns for one pod whose gateway serves
+    ``text``: each sample with the scrape's target labels and the query's family tag."""
+    family = {c.RUNTIME_ENGINE_INFO: ENGINE_FAMILY_INFO,
+              c.RUNTIME_ENGINE_CHANGE: ENGINE_FAMILY_CHANGE}
+    return [{"metric": {**s.labels, "namespace": "default", "service": "llama-70b",
+                        "pod": pod, "family": family[f.name]}, "value": [0, str(s.value)]}
+            for f in text_string_to_metric_families(text) if f.name in family
+            for s in f.samples]
+
+
+def status_of_launch(tmp_path: Path, planned: str, gpu: GpuInfo) -> tuple[Any, Any]:
+    """Render for ``planned``, launch on ``gpu``, read the pod's engine info back as the SLO
+    loop does: the variant's engineObserved and the EngineMismatch condition."""
+    plan = plan_for(planned)
+    env = container_env(render_vllm_container(tmp_path, planned), tmp_path)
+    count = int(env[c.ENV_EXPECTED_GPU_COUNT])
+    launch(env, GpuInfo(gpu.vendor, gpu.product, gpu.compute_capability, gpu.memory_mib,
+                        count, "probe"))
+    info = json.loads((tmp_path / c.ENGINE_INFO_FILE_NAME).read_text())
+    rows = engine_query_rows(engine_metrics_text(info).decode(), "llama-70b-0")
+    reported = parse_engine_info(rows)
+    assert reported is not None
+    variant = plan.variants[0].option.variant
+    seen = observe_variants({v.option.variant: v.engine.args for v in plan.variants},
+                            {"llama-70b-0": variant},
+                            reported[ServiceKey("default", "llama-70b")])
+    return engine_observed(seen[variant]), engine_condition(seen)
+
+
+def test_status_says_the_pod_runs_another_kv_cache_than_planned_and_why(
+        tmp_path: Path) -> None:
+    """Planned for H100, launched on an A100 (the case above): status shows the FP8 KV
+    cache dropped, and EngineMismatch says so with the launcher's reason."""
+    observed, cond = status_of_launch(tmp_path, "H100", A100)
+    assert (observed.kv_cache_dtype, observed.quantization) == ("auto", "fp8")
+    assert (observed.pods, observed.pods_on_plan, observed.matches_plan) == (1, 0, False)
+    assert [ch.model_dump() for ch in observed.changes] == [
+        {"setting": "--kv-cache-dtype", "requested": "fp8", "applied": "auto",
+         "reason": "FP8KVCacheRisk"}]
+    assert (cond.type, cond.status, cond.reason) == (C.ENGINE_MISMATCH, True, C.ENGINE_DIFFERS)
+    assert "--kv-cache-dtype planned fp8, running auto" in cond.message
+    assert "FP8KVCacheRisk" in cond.message
+
+
+def test_status_says_the_pod_runs_the_plan_on_the_gpu_it_was_planned_for(
+        tmp_path: Path) -> None:
+    """A100 + fp8 planned and launched on an A100: FP8 weight-only kept, nothing changed."""
+    observed, cond = status_of_launch(tmp_path, "A100-80GB", A100)
+    assert (observed.quantization, observed.kv_cache_dtype, observed.dtype) == (
+        "fp8", "auto", "bfloat16")
+    assert observed.tensor_parallel_size == 4
+    assert (observed.matches_plan, observed.changes) == (True, [])
+    assert (cond.type, cond.status, cond.reason) == (C.ENGINE_MISMATCH, False, C.ENGINE_MATCHES)
 
 
 # ------------------------------------------------------------------ every catalogue GPU

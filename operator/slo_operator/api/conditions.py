@@ -24,6 +24,7 @@ METRICS_AVAILABLE = "MetricsAvailable"  # Prometheus answered with usable signal
 SCALING_LIMITED = "ScalingLimited"  # True when a bound (min/max, GPU budget, GPUs) held
 SPEC_VALID = "SpecValid"  # the spec passed the operator's own checks
 POLICY_BOUND = "PolicyBound"  # the SLOPolicy named in spec.sloPolicyRef exists and is valid
+ENGINE_MISMATCH = "EngineMismatch"  # True when pods run other engine settings than planned
 
 # ---------------------------------------------------------------- reasons
 # Spec and policy
@@ -58,6 +59,11 @@ METRICS_EMPTY = "MetricsEmpty"  # MetricsAvailable=False: no series for the serv
 METRICS_STALE = "MetricsStale"  # MetricsAvailable=False: newest sample too old; held
 METRICS_UNAVAILABLE = "MetricsUnavailable"  # MetricsAvailable=False: Prometheus failed
 WITHIN_BOUNDS = "WithinBounds"  # ScalingLimited=False: the decision was not clipped
+# What the pods report they run (slo_runtime_engine_info) against the plan.
+ENGINE_DIFFERS = "EngineDiffers"  # EngineMismatch=True: the launcher changed a setting
+ENGINE_MATCHES = "EngineMatches"  # EngineMismatch=False: every reporting pod runs the plan
+# EngineMismatch=False with reason RollingOut: pods still run an earlier plan's settings.
+NOT_REPORTED = "NotReported"  # EngineMismatch=Unknown: no pod reports its engine settings
 # ScalingLimited=True carries the limiting reason from the control law (for example
 # AtMaxReplicas, AtMinReplicas, GPUBudget, InsufficientGPUs, Priority).
 
@@ -86,7 +92,7 @@ FORBIDDEN = "Forbidden"  # False: 403, RBAC or an admission webhook refused
 WARN_WHEN_FALSE = frozenset(
     {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE}
 )
-WARN_WHEN_TRUE = frozenset({SCALING_LIMITED})
+WARN_WHEN_TRUE = frozenset({SCALING_LIMITED, ENGINE_MISMATCH})
 WARNING_REASONS = frozenset({UNKNOWN_GPU, CRD_MISSING})
 NORMAL_EVENT_TYPES = frozenset(
     {READY, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE, SCALING_LIMITED,

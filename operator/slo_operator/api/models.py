@@ -820,6 +820,45 @@ class DecisionRecord(_Status):
     message: str = Field(default="", description="Human-readable explanation.")
 
 
+class EngineChangeStatus(_Status):
+    """One planned engine setting the in-pod launcher changed when it started vLLM."""
+
+    setting: str = Field(description="The `vllm serve` option, e.g. --kv-cache-dtype.")
+    requested: str = Field(default="", description="The planned value (empty: none).")
+    applied: str = Field(
+        default="", description="The value vLLM was started with (empty: the option dropped).")
+    reason: str = Field(
+        default="", description="The launcher's reason code, e.g. NoFP8 or FP8KVCacheRisk "
+        "(docs/status-and-events.md lists them).")
+
+
+class EngineObserved(_Status):
+    """What the variant's pods report they run (slo_runtime_engine_info and
+    slo_runtime_engine_change, read from Prometheus by the SLO loop)."""
+
+    quantization: str | None = Field(
+        default=None, description="--quantization the pods run (none: unquantized weights).")
+    kv_cache_dtype: str | None = Field(default=None, description="--kv-cache-dtype they run.")
+    dtype: str | None = Field(default=None, description="--dtype they run.")
+    tensor_parallel_size: int | None = Field(
+        default=None, description="--tensor-parallel-size they run (GPUs).")
+    max_num_seqs: int | None = Field(
+        default=None, description="--max-num-seqs they run (sequences).")
+    max_num_batched_tokens: int | None = Field(
+        default=None, description="--max-num-batched-tokens they run (tokens).")
+    pods: int = Field(default=0, description="Pods of the variant reporting (count).")
+    pods_on_plan: int = Field(
+        default=0, description="Reporting pods that run every planned setting (count).")
+    agree: bool = Field(
+        default=True, description="Whether every reporting pod runs the same settings; when "
+        "not, the settings above are those most pods run.")
+    matches_plan: bool = Field(
+        default=True, description="Whether every reporting pod runs the planned settings.")
+    changes: list[EngineChangeStatus] = Field(
+        default_factory=list,
+        description="Settings the launcher changed from the plan in any reporting pod.")
+
+
 class VariantStatus(_Status):
     """One GPU pool the service runs on: its own Deployment and engine settings."""
 
@@ -841,6 +880,9 @@ class VariantStatus(_Status):
     )
     rank: int | None = Field(
         default=None, description="Position in the placement order (count from 0: first).")
+    engine_observed: EngineObserved | None = Field(
+        default=None, description="The engine settings the variant's pods report they run; "
+        "absent while none reports.")
 
 
 class InferenceServiceStatus(_Status):

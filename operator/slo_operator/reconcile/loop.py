@@ -1,15 +1,15 @@
 """The SLO loop's pass over services: observe -> decide -> arbitrate -> updates.
 
 Pure apart from the one awaited call to the metrics source: the pass builds one fixed
-set of PromQL queries for every service (``slo.promql.build_queries``: exactly 9, one per
-signal in ``QUERY_NAMES``, whatever the number of services), hands the results to
-``slo.signals``, runs ``control.decide`` per service and ``control.arbitrate`` across
-services for scarce GPUs, and returns one :class:`SLOUpdate` per service. Each service's
-engine facts (precision, batch ceiling, chunked-prefill budget, GPUs per replica) come
-from its plan (``desired.plan_service`` on the pass's :class:`Fleet`), the same plan the
-reconciler applies. ``reconcile_service_sync`` then applies each update: replicas through
-the Deployment (server-side apply of a changed object only), the live limit through pod
-annotations, status and Events only on change.
+set of PromQL queries for every service (``slo.promql.build_queries``: exactly 10, the
+names in ``QUERY_NAMES``, whatever the number of services), hands the results to
+``slo.signals`` (and what the pods run to ``slo.engine_info``), runs ``control.decide``
+per service and ``control.arbitrate`` across services for scarce GPUs, and returns one
+:class:`SLOUpdate` per service. Each service's engine facts (precision, batch ceiling,
+chunked-prefill budget, GPUs per replica) come from its plan (``desired.plan_service`` on
+the pass's :class:`Fleet`), the same plan the reconciler applies. ``reconcile_service_sync``
+then applies each update: replicas through the Deployment (server-side apply of a changed
+object only), the live limit through pod annotations, status and Events only on change.
 
 The periodic pass runs it for every service; an SLOPolicy edit runs it for the services
 bound to that policy (``only``), so a new objective acts at once rather than a period later.
@@ -83,8 +83,15 @@ from slo_operator.reconcile.status import (
     written_at,
 )
 from slo_operator.render.names import label_value, service_label
+from slo_operator.slo.engine_info import (
+    PodEngine,
+    engine_condition,
+    observe_variants,
+    parse_engine_info,
+)
+from slo_operator.slo.engine_info import observed_status as engine_observed
 from slo_operator.slo.evaluate import Outcome, SLOHistory, evaluate_window, record, report
-from slo_operator.slo.promql import QueryPlan, build_queries
+from slo_operator.slo.promql import ENGINE_QUERY, QueryPlan, build_queries
 from slo_operator.slo.signals import parse_signals, spec_for
 
 log = logging.getLogger(__name__)
@@ -302,6 +309,10 @@ def decide_all(
              for k, s in by_label.items()}
     signals = {by_label[k].key: sig
                for k, sig in parse_signals(plan, results, specs, ts).items()}
+    # What each pod runs (None: the engine query failed, the written reading stands).
+    reported = parse_engine_info(results.get(ENGINE_QUERY))
+    engines = {s.key: None if reported is None else reported.get(k, {})
+               for k, s in by_label.items()}
     decisions: dict[ServiceKey, Decision] = {}
     unwritten: dict[ServiceKey, tuple[float, ...]] = {}
     requests = []
@@ -334,12 +345,13 @@ def decide_all(
     budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
     grants = arbitrate(requests, free, budgets)
     return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now,
-                           unwritten[s.key], kept=memory is not None)
+                           unwritten[s.key], kept=memory is not None, engine=engines[s.key])
             for s in services}
 
 
 def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | None,
-            now: datetime, unwritten: Sequence[float] = (), kept: bool = False) -> SLOUpdate:
+            now: datetime, unwritten: Sequence[float] = (), kept: bool = False,
+            engine: Mapping[str, PodEngine] | None = None) -> SLOUpdate:
     ts = now.timestamp()
     control = s.status.control or {}
     window_s = float(parse_duration(s.policy.window))
@@ -365,6 +377,11 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
     memory_changed = not same_windows or not (kept or same_memory(
         ControlState.from_dict(control.get("state")), decision.state,
         policy_for(s.policy, s.spec.replicas), ts, idle(s.status)))
+    # The pods' engine settings against each variant's plan (``engine``: the service's
+    # pods as reported; None: unknown this pass, nothing is said).
+    variants = None if engine is None else observe_variants(
+        {v.option.variant: v.engine.args for v in s.plan.variants},
+        {p.name: p.variant for p in s.pods}, engine)
     return SLOUpdate(
         replicas=replicas,
         batch_limit=decision.batch_limit,
@@ -374,6 +391,7 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
             metrics_condition(signals, held=not decision.valid),
             slo_condition(verdict),
             scaling_condition(limited, limited_msg),
+            *(() if variants is None else (engine_condition(variants),)),
         ),
         observed=observed_status(signals, now),
         control={"state": decision.state.to_dict(), "slo": history.to_dict()},
@@ -382,6 +400,8 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
         error_budget_remaining=(None if rep.error_budget_remaining is None
                                 else round(rep.error_budget_remaining, 4)),
         memory_changed=memory_changed,
+        engine=None if variants is None else {
+            name: engine_observed(v) for name, v in variants.items()},
     )
 
 
@@ -523,7 +543,7 @@ async def observe_and_decide(
     fleet: Fleet | None = None,
     memory: LawMemory | None = None,
 ) -> dict[ServiceKey, SLOUpdate]:
-    """One pass's queries (the fixed 9 for all services) and every service's update.
+    """One pass's queries (the fixed 10 for all services) and every service's update.
 
     ``only``: decide just for these services (an SLOPolicy edit's bound services); GPUs
     are then arbitrated among them alone, out of what the snapshot shows free.

@@ -327,6 +327,11 @@ def plan_reconcile(
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patches = live_limit_patches(namespace, pods, limit)
     new.variants = variant_status(plan, placed, opts, existing)
+    # What each variant's pods report they run: this SLO pass's reading, else the written one.
+    engine = update.engine if update is not None and update.engine is not None else {
+        v.name: v.engine_observed for v in old_status.variants}
+    new.variants = [v.model_copy(update={"engine_observed": engine.get(v.name)})
+                    for v in new.variants]
     new.placement = "; ".join(placed.reasons) or None
     announce = placement_event(placed, old_status.placement)
     new.desired_replicas = replicas

@@ -21,7 +21,13 @@ from slo_operator.api import conditions as C
 from slo_operator.api.cluster import DeploymentObs, PodObs
 from slo_operator.api.conditions import Cond, epoch_seconds, rfc3339
 from slo_operator.api.errors import field_problems, summarize
-from slo_operator.api.models import Condition, DecisionRecord, ObservedStatus, SLOPolicySpec
+from slo_operator.api.models import (
+    Condition,
+    DecisionRecord,
+    EngineObserved,
+    ObservedStatus,
+    SLOPolicySpec,
+)
 from slo_operator.api.observe import MetricsState, Signals
 from slo_operator.control import reasons as R
 from slo_operator.slo.evaluate import Outcome, Verdict
@@ -268,6 +274,11 @@ class SLOUpdate:
     # later pass reads, not only in what time alone moves (``loop.same_memory``); when it
     # does, the status is written even if nothing a user reads changed.
     memory_changed: bool = True
+    # What each variant's pods report they run (``status.variants[].engineObserved``, by
+    # variant id; ``slo.engine_info``): None when the pass could not read it (the engine
+    # query failed), so the written observation stands; the EngineMismatch condition that
+    # goes with it is in ``conds``.
+    engine: Mapping[str, EngineObserved] | None = None
 
 
 def action_events(old_replicas: int | None, new_replicas: int, old_limit: int | None,

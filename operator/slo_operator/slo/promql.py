@@ -21,7 +21,13 @@ arrival rate per window next to vLLM's completions, and the ``burst`` query the 
 arrival rate between two consecutive scrapes inside each window. Pods without the gateway
 have no arrival series: those signals are then absent, not zero.
 
-So a cycle runs exactly ``len(QUERY_NAMES)`` (9) queries, within the budget of 10.
+What each pod really runs is read the same way: the in-pod gateway exports the launcher's
+record as ``slo_runtime_engine_info`` (the settings vLLM was started with) and
+``slo_runtime_engine_change`` (one series per setting the launcher changed, with its reason);
+the ``engine`` query returns both per pod, tagged with a ``family`` label, and
+``slo.engine_info`` reads them.
+
+So a cycle runs exactly ``len(QUERY_NAMES)`` (10) queries, the whole budget of 10.
 Label values that come from user objects (namespaces in the scope filter) pass through
 ``escape_label_value`` / ``regex_value`` and can never end the string they sit in.
 """
@@ -43,8 +49,11 @@ GATEWAY_E2E = c.GATEWAY_E2E_LATENCY
 GATEWAY_QUEUE_DEPTH = c.GATEWAY_QUEUE_DEPTH
 GATEWAY_ARRIVALS = c.GATEWAY_ARRIVALS + c.COUNTER_SUFFIX
 
-QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "burst", "waiting", "running",
-               "kv")
+# The queries ``slo.signals`` reads, and the one ``slo.engine_info`` reads.
+SIGNAL_QUERY_NAMES = ("e2e", "ttft", "itl", "decode", "throughput", "burst", "waiting",
+                      "running", "kv")
+ENGINE_QUERY = "engine"
+QUERY_NAMES = (*SIGNAL_QUERY_NAMES, ENGINE_QUERY)
 MAX_QUERIES = 10
 MAX_WINDOWS = 4
 BY_SERVICE = "namespace, service"  # the labels every query groups by
@@ -83,6 +92,11 @@ THROUGHPUT_SIGNALS = (
 WAITING_SOURCES = (("engine", c.NUM_REQUESTS_WAITING), ("gateway", GATEWAY_QUEUE_DEPTH))
 KV_SOURCES = (("engine", c.KV_CACHE_USAGE), ("legacy", c.LEGACY_METRIC_NAMES[c.KV_CACHE_USAGE]))
 SUM_LE = "sum"  # pseudo bucket carrying the histogram's _sum rate
+# The ``engine`` query's rows: per pod, the settings it runs and the launcher's changes,
+# told apart by a ``family`` label (neither family has a label of that name).
+BY_POD = f"{BY_SERVICE}, pod"
+ENGINE_FAMILY_INFO = "info"
+ENGINE_FAMILY_CHANGE = "change"
 
 
 @dataclass(frozen=True)
@@ -219,6 +233,12 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         ])),
         Query("kv", _or(_tag(f"max by ({BY_SERVICE}) ({n}{s})", source=src)
                         for src, n in KV_SOURCES)),
+        Query(ENGINE_QUERY, _or([
+            _tag(f"max by ({BY_POD}, {', '.join(c.ENGINE_INFO_LABELS)}) "
+                 f"({c.RUNTIME_ENGINE_INFO}{s})", family=ENGINE_FAMILY_INFO),
+            _tag(f"max by ({BY_POD}, {', '.join(c.ENGINE_CHANGE_LABELS)}) "
+                 f"({c.RUNTIME_ENGINE_CHANGE}{s})", family=ENGINE_FAMILY_CHANGE),
+        ])),
     )
     assert len(queries) <= MAX_QUERIES
     return QueryPlan(queries=queries, windows=plan)

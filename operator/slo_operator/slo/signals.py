@@ -36,7 +36,7 @@ from slo_operator.slo.promql import (
     E2E_SOURCES,
     ITL_SOURCES,
     KV_SOURCES,
-    QUERY_NAMES,
+    SIGNAL_QUERY_NAMES,
     SUM_LE,
     TTFT_SOURCES,
     QueryPlan,
@@ -160,11 +160,11 @@ def parse_signals(
     stale_after: float = DEFAULT_STALE_AFTER,
 ) -> dict[ServiceKey, Signals]:
     """Signals of every service in ``services`` from one cycle's query results."""
-    failed = [n for n in QUERY_NAMES if results.get(n) is None]
-    if len(failed) == len(QUERY_NAMES):
+    failed = [n for n in SIGNAL_QUERY_NAMES if results.get(n) is None]
+    if len(failed) == len(SIGNAL_QUERY_NAMES):
         sig = Signals(state=MetricsState.UNAVAILABLE, message="every Prometheus query failed")
         return dict.fromkeys(services, sig)
-    idx = {n: _index(results.get(n)) for n in QUERY_NAMES}
+    idx = {n: _index(results.get(n)) for n in SIGNAL_QUERY_NAMES}
     return {key: _one(key, spec, plan, idx, failed, now, stale_after)
             for key, spec in services.items()}
 
@@ -173,7 +173,7 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
          idx: Mapping[str, Mapping[ServiceKey, list[_Row]]], failed: Sequence[str],
          now: float, stale_after: float) -> Signals:
     series = ServiceKey(key.namespace, spec.service_label or key.name)
-    rows = {n: idx[n].get(series, []) for n in QUERY_NAMES}
+    rows = {n: idx[n].get(series, []) for n in SIGNAL_QUERY_NAMES}
     if not any(rows.values()):
         why = f"no series for {key}"
         if failed:

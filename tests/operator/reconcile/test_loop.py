@@ -16,6 +16,7 @@ from slo_operator.reconcile.loop import observe_and_decide
 from slo_operator.reconcile.ports import AppliedCache
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
+from slo_operator.slo.engine_info import planned_settings
 from tests.operator.reconcile.fake import FakeKube
 from tests.operator.reconcile.prom_fake import FakeMetrics, Load
 from tests.operator.reconcile.test_service import H100, NOW, VARIANT, make_isvc, make_policy
@@ -79,7 +80,7 @@ def test_a_pass_sends_the_same_few_queries_for_one_service_or_fifty() -> None:
         assert len(metrics.calls) == 1
         assert len(metrics.calls[0]) <= 10
         assert set(metrics.calls[0]) == {"e2e", "ttft", "itl", "decode", "throughput",
-                                         "waiting", "running", "kv", "burst"}
+                                         "waiting", "running", "kv", "burst", "engine"}
 
 
 def test_overload_scales_out_with_a_reason_an_event_and_a_decision_record() -> None:
@@ -174,3 +175,67 @@ def test_a_long_name_finds_its_series_under_its_cut_label() -> None:
     metrics = FakeMetrics({ServiceKey("team-a", label): QUIET})
     update = asyncio.run(observe_and_decide(metrics, snap, NOW))[ServiceKey("team-a", name)]
     assert update.observed is not None and update.observed.state == "OK"
+
+
+class EngineMetrics(FakeMetrics):
+    """FakeMetrics whose ``engine`` query reports ``rows`` (None: the query fails)."""
+
+    def __init__(self, loads: dict[ServiceKey, Load], rows: list[dict[str, Any]] | None):
+        super().__init__(loads)
+        self.rows = rows
+
+    async def run(self, queries: Any, at: float) -> dict[str, Any]:
+        out = await super().run(queries, at)
+        out["engine"] = self.rows
+        return out
+
+
+def engine_rows(args: list[str], pod: str, **over: str) -> list[dict[str, Any]]:
+    """What the ``engine`` query returns for ``pod`` of team-a/chat running ``args``,
+    with ``over`` changed by the launcher (one change row each)."""
+    settings = {**dict(planned_settings(tuple(args))), **over}
+    where = {"namespace": "team-a", "service": "chat", "pod": pod}
+    metric: dict[str, str] = {**where, "family": "info", **settings}
+    rows: list[dict[str, Any]] = [{"metric": metric, "value": [0, "1"]}]
+    for dest, value in over.items():
+        rows.append({"metric": {**where, "family": "change",
+                                "setting": "--" + dest.replace("_", "-"),
+                                "requested": dict(planned_settings(tuple(args)))[dest],
+                                "applied": value, "reason": "FP8KVCacheRisk"},
+                     "value": [0, "1"]})
+    return rows
+
+
+def test_status_says_what_each_variants_pods_run_and_warns_on_a_launcher_change() -> None:
+    body, snap, applied = planned()
+    args = body["status"]["engineArgs"]
+    rows = engine_rows(args, "chat-0") + engine_rows(args, "chat-1", kv_cache_dtype="fp8_e5m2")
+    kube, status = one_pass(snap, EngineMetrics({ServiceKey("team-a", "chat"): QUIET}, rows),
+                            applied)
+    (variant,) = status["variants"]
+    seen = variant["engineObserved"]
+    assert (seen["pods"], seen["podsOnPlan"], seen["agree"], seen["matchesPlan"]) == (
+        2, 1, False, False)
+    assert [ch["reason"] for ch in seen["changes"]] == ["FP8KVCacheRisk"]
+    assert conds(status)[C.ENGINE_MISMATCH] == ("True", C.ENGINE_DIFFERS)
+    assert [(t, r) for t, r, _ in kube.events if r == C.ENGINE_DIFFERS] == [
+        ("Warning", C.ENGINE_DIFFERS)]
+
+    # A pass whose engine query fails keeps what was written, condition included.
+    written = replace(snap, services={("team-a", "chat"): {**body, "status": status}})
+    _, again = one_pass(written, EngineMetrics({ServiceKey("team-a", "chat"): QUIET}, None),
+                        applied, later=60.0)
+    assert again["variants"][0]["engineObserved"] == seen
+    assert conds(again)[C.ENGINE_MISMATCH] == ("True", C.ENGINE_DIFFERS)
+
+
+def test_pods_that_run_the_plan_match_and_none_reporting_is_not_reported() -> None:
+    body, snap, applied = planned()
+    args = body["status"]["engineArgs"]
+    load = {ServiceKey("team-a", "chat"): QUIET}
+    _, status = one_pass(snap, EngineMetrics(load, engine_rows(args, "chat-0")), applied)
+    assert status["variants"][0]["engineObserved"]["matchesPlan"] is True
+    assert conds(status)[C.ENGINE_MISMATCH] == ("False", C.ENGINE_MATCHES)
+    _, status = one_pass(snap, EngineMetrics(load, []), applied)
+    assert status["variants"][0].get("engineObserved") is None
+    assert conds(status)[C.ENGINE_MISMATCH] == ("Unknown", C.NOT_REPORTED)

@@ -26,6 +26,7 @@ from slo_operator.slo.promql import (
     regex_value,
 )
 from slo_runtime import contract as c
+from tests.operator.slo.test_engine_info import KV_CHANGE, KV_DROPPED, RUNS_PLAN
 from tests.support.paths import REPO
 from tests.support.tools import promtool
 
@@ -304,3 +305,45 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
         ],
     }]}
     run_promtool(tmp_path, ["test", "rules"], tests, "test.yaml")
+
+
+# --- what each pod runs ------------------------------------------------------------------------
+
+
+def test_the_engine_query_reads_both_runtime_families_per_pod_tagged_apart() -> None:
+    expr = {q.name: q.expr for q in build_queries([60]).queries}[promql.ENGINE_QUERY]
+    info_by = ", ".join(("namespace", "service", "pod", *c.ENGINE_INFO_LABELS))
+    change_by = ", ".join(("namespace", "service", "pod", *c.ENGINE_CHANGE_LABELS))
+    assert (f'label_replace(max by ({info_by}) ({c.RUNTIME_ENGINE_INFO}{{namespace!="", '
+            f'service!=""}}), "family", "{promql.ENGINE_FAMILY_INFO}", "", "")') in expr
+    assert (f'label_replace(max by ({change_by}) ({c.RUNTIME_ENGINE_CHANGE}{{namespace!="", '
+            f'service!=""}}), "family", "{promql.ENGINE_FAMILY_CHANGE}", "", "")') in expr
+    assert promql.QUERY_NAMES[-1] == promql.ENGINE_QUERY
+    assert promql.ENGINE_QUERY not in promql.SIGNAL_QUERY_NAMES
+
+
+def test_engine_query_returns_each_pods_settings_and_changes_in_promtool(
+        tmp_path: Path) -> None:
+    """Two pods of one service (one ran the plan, one had its FP8 KV cache dropped), and a
+    pod in a namespace outside the operator's scope, which the query leaves out."""
+    settings, dropped, kv = RUNS_PLAN, KV_DROPPED, KV_CHANGE
+    a0 = {"namespace": "a", "service": "s", "pod": "s-0", "tenant": "a"}
+    a1 = {**a0, "pod": "s-1"}
+    z0 = {"namespace": "z", "service": "s", "pod": "s-0", "tenant": "z"}
+    inputs = [series(c.RUNTIME_ENGINE_INFO, {**a0, **settings}, 0, "1x40"),
+              series(c.RUNTIME_ENGINE_INFO, {**a1, **dropped}, 0, "1x40"),
+              series(c.RUNTIME_ENGINE_CHANGE, {**a1, **kv}, 0, "1x40"),
+              series(c.RUNTIME_ENGINE_INFO, {**z0, **dropped}, 0, "1x40")]
+    expr = {q.name: q.expr for q in build_queries([60], namespaces=["a"]).queries}["engine"]
+
+    def sample(labels: dict[str, str], value: float) -> dict[str, Any]:
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return {"labels": "{" + body + "}", "value": value}
+
+    pod = {k: v for k, v in a0.items() if k != "tenant"}
+    tests = {"tests": [{"interval": "15s", "input_series": inputs, "promql_expr_test": [
+        {"expr": expr, "eval_time": "5m", "exp_samples": [
+            sample({**pod, **settings, "family": "info"}, 1),
+            sample({**pod, "pod": "s-1", **dropped, "family": "info"}, 1),
+            sample({**pod, "pod": "s-1", **kv, "family": "change"}, 1)]}]}]}
+    run_promtool(tmp_path, ["test", "rules"], tests, "engine.yaml")
