@@ -8,6 +8,7 @@ The full role must do everything; each reduced role must fail somewhere a user w
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -128,3 +129,64 @@ spec:
         assert problems == []
     else:
         assert problems, f"rule {role} without #{drop} still reconciled fully: rule not needed"
+
+
+# Requests the operator must never be able to make, whatever the chart's values: Secrets
+# (tokens, credentials), exec/attach/port-forward into pods, RBAC itself, impersonation.
+NEVER = [
+    ("get", "", "secrets", ""), ("list", "", "secrets", ""), ("watch", "", "secrets", ""),
+    ("create", "", "pods", "exec"), ("create", "", "pods", "attach"),
+    ("create", "", "pods", "portforward"), ("delete", "", "pods", ""),
+    ("delete", "", "namespaces", ""), ("create", "", "serviceaccounts", "token"),
+    ("escalate", "rbac.authorization.k8s.io", "clusterroles", ""),
+    ("bind", "rbac.authorization.k8s.io", "clusterroles", ""),
+    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+    ("impersonate", "", "users", ""), ("delete", "apiextensions.k8s.io",
+                                         "customresourcedefinitions", ""),
+]
+# And some it needs (so the denials above are not an identity that can do nothing).
+NEEDED = [
+    ("patch", "apps", "deployments", ""), ("patch", "", "pods", ""),
+    ("patch", GROUP, "inferenceservices", "status"), ("create", "", "events", ""),
+    ("patch", "monitoring.coreos.com", "prometheusrules", ""),
+    ("patch", "inference.networking.k8s.io", "inferencepools", ""),
+]
+
+
+def _allowed(cluster: LocalCluster, user: str, namespace: str, verb: str, group: str,
+             resource: str, sub: str) -> bool:
+    """The API server's own answer (a SubjectAccessReview) for one request of ``user``."""
+    attrs = {"namespace": namespace, "verb": verb, "group": group, "resource": resource}
+    if sub:
+        attrs["subresource"] = sub
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": user, "groups": ["system:serviceaccounts",
+                                                  "system:authenticated"],
+                       "resourceAttributes": attrs}}
+    out = cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(review)).stdout
+    return bool(json.loads(out)["status"].get("allowed"))
+
+
+def test_the_role_grants_no_secrets_exec_rbac_or_wildcards(cluster: LocalCluster,
+                                                           namespace: str) -> None:
+    """The ClusterRole with every opt-in of the chart on (managed alert rules,
+    InferencePools), asked of the API server's authorizer for each request."""
+    import yaml
+
+    from tests.integration.operator_support import CHART, OPERATOR_NS
+
+    role = yaml.safe_load(cluster.helm(
+        "template", "slo-operator", str(CHART), "--namespace", OPERATOR_NS,
+        "--set", "alertRules.manage=true", "--set", "inferencePools.enabled=true",
+        "--show-only", "templates/clusterrole.yaml").stdout)
+    for rule in role["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(key, []), rule
+        assert not rule.get("nonResourceURLs"), rule
+    sa = f"sar-{uuid.uuid4().hex[:6]}"
+    bind_role(cluster, role, namespace, sa)
+    user = f"system:serviceaccount:{namespace}:{sa}"
+    cluster.wait_for(lambda: _allowed(cluster, user, namespace, *NEEDED[0]), timeout=30,
+                     desc=f"binding effective for {sa}")
+    assert [r for r in NEEDED if not _allowed(cluster, user, namespace, *r)] == []
+    assert [r for r in NEVER if _allowed(cluster, user, namespace, *r)] == []
