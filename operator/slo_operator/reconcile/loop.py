@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -342,11 +342,22 @@ def decide_all(
             priority=s.policy.priority, tenant=s.policy.tenant or s.key.namespace,
             pool=_pool_key(s), min_replicas=lo,
         ))
-    budgets = {r.tenant: s.policy.gpu_budget for r, s in zip(requests, services, strict=True)}
-    grants = arbitrate(requests, free, budgets)
+    grants = arbitrate(requests, free, tenant_budgets(
+        (r.tenant, s.policy.gpu_budget) for r, s in zip(requests, services, strict=True)))
     return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now,
                            unwritten[s.key], kept=memory is not None, engine=engines[s.key])
             for s in services}
+
+
+def tenant_budgets(claims: Iterable[tuple[str, int | None]]) -> dict[str, int | None]:
+    """Each tenant's GPU budget from the policies that name it: the smallest any of them
+    sets (None: no policy sets one). Policies in several namespaces may name one tenant; a
+    new policy can lower a tenant's budget, never raise it past another's."""
+    out: dict[str, int | None] = {}
+    for tenant, budget in claims:
+        have = out.get(tenant)
+        out[tenant] = budget if have is None else (have if budget is None else min(have, budget))
+    return out
 
 
 def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | None,

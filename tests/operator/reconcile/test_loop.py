@@ -239,3 +239,24 @@ def test_pods_that_run_the_plan_match_and_none_reporting_is_not_reported() -> No
     _, status = one_pass(snap, EngineMetrics(load, []), applied)
     assert status["variants"][0].get("engineObserved") is None
     assert conds(status)[C.ENGINE_MISMATCH] == ("Unknown", C.NOT_REPORTED)
+
+
+def test_a_tenants_gpu_budget_is_the_smallest_any_of_its_policies_sets() -> None:
+    """Two namespaces whose policies name one tenant, one with gpuBudget 2 and one with
+    100: overloaded, the tenant's two services together still hold at most 2 GPUs,
+    whichever namespace's policy is read last (team-b's, with 100, here)."""
+    big = NodeInfo("h100-big", H100, {"nvidia.com/gpu": "64"})
+    _, a, _ = planned(ns="team-a", name="chat", replicas=1, nodes=(big,), tenant="acme",
+                      gpuBudget=2)
+    _, b, _ = planned(ns="team-b", name="code", replicas=1, nodes=(big,), tenant="acme",
+                      gpuBudget=100)
+    snap = Snapshot(services={**a.services, **b.services}, policies={**a.policies, **b.policies},
+                    deployments={**a.deployments, **b.deployments},
+                    variant_deployments={**a.variant_deployments, **b.variant_deployments},
+                    pods={**a.pods, **b.pods}, nodes=(big,))
+    keys = [ServiceKey("team-a", "chat"), ServiceKey("team-b", "code")]
+    updates = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, OVERLOAD)), snap,
+                                             NOW))
+    assert sum(updates[k].replicas for k in keys) <= 2
+    limited = [c for k in keys for c in updates[k].conds if c.type == C.SCALING_LIMITED]
+    assert {c.reason for c in limited} == {"GPUBudgetExceeded"}
