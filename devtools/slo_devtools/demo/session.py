@@ -49,14 +49,19 @@ class Interrupted(Exception):
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the demo as Ctrl-C does; and Ctrl-C (SIGINT) does, even where the
+    demo was started with SIGINT ignored (a shell starts background jobs so, and Python
+    then installs no KeyboardInterrupt handler): ``kill -INT`` must still stop it."""
     def handler(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 @contextlib.contextmanager
