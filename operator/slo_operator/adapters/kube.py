@@ -335,11 +335,18 @@ class Kube:
     def patch_status(
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
-        """Merge-patch the status subresource (never the spec: Git owns it)."""
+        """Merge-patch the status subresource (never the spec: Git owns it). An object
+        deleted meanwhile (its namespace being deleted, say) is skipped: it has no status
+        left to explain, and its deletion event clears what the operator keeps of it."""
         # A dict body is sent as application/merge-patch+json by the client.
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURALS[kind], name, {"status": dict(status)}
-        )
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURALS[kind], name, {"status": dict(status)}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            log.debug("Skipped the status of %s %s/%s: deleted", kind, namespace, name)
 
     def event(
         self,

@@ -26,18 +26,19 @@ class KubeWriter(Protocol):
         """Delete one owned object; raises ``ApiRejected`` on refusal (not when gone)."""
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch one pod's metadata."""
+        """Merge-patch one pod's metadata; a pod that is gone is skipped."""
 
     def patch_status(
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
-        """Merge-patch a custom resource's status subresource."""
+        """Merge-patch a custom resource's status subresource; an object that is gone
+        is skipped."""
 
     def event(
         self, involved: Mapping[str, Any], event_type: str, reason: str, message: str,
         now: datetime,
     ) -> None:
-        """Post one core/v1 Event on ``involved``."""
+        """Post one core/v1 Event on ``involved``; a refusal is logged, never raised."""
 
 
 class ApiDiscovery(Protocol):
