@@ -59,6 +59,7 @@ class OperatorSettings:
     runtime_image: str | None = None
     manage_alert_rules: bool = False
     alert_rule_labels: tuple[str, ...] = ()
+    require_tenants: bool = False
 
     @property
     def alert_labels(self) -> dict[str, str]:
@@ -129,6 +130,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("alert_rule_labels", "--alert-rule-label", "SLO_ALERT_RULE_LABELS",
            "Extra KEY=VALUE label on the managed PrometheusRules, for a Prometheus's "
            "ruleSelector (repeatable; the variable is space-separated)."),
+    Option("require_tenants", "--require-tenants", "SLO_REQUIRE_TENANTS",
+           "Serve only namespaces a Tenant object binds: elsewhere SLOPolicies are refused "
+           "(TenantBound False) and their services hold (docs/reliability.md)."),
 )
 
 

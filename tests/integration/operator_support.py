@@ -25,7 +25,7 @@ OPERATOR_NS = "slo-system"
 
 def install_crds(cluster: LocalCluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    for crd in ("inferenceservices", "slopolicies"):
+    for crd in ("inferenceservices", "slopolicies", "tenants"):
         cluster.kubectl(
             "wait", "--for=condition=Established", "--timeout=60s",
             f"crd/{crd}.inference.slo-operator.io",

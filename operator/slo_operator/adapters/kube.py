@@ -265,6 +265,10 @@ class Kube:
             pods=pods,
             nodes=nodes,
             prices=prices or None,
+            tenants={t["metadata"]["name"]: t for t in self.list_custom("Tenant")},
+            namespace_labels={
+                n["metadata"]["name"]: dict(n["metadata"].get("labels") or {})
+                for n in self._wire(self.core.list_namespace()).get("items", [])},
         )
 
     def serves(self, api_version: str, kind: str) -> bool:

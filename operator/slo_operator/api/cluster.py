@@ -95,6 +95,10 @@ class Snapshot:
         default_factory=dict)
     # The cluster's GPU price list (ConfigMap data by ConfigMap name), None: defaults.
     prices: Mapping[str, Mapping[str, str]] | None = None
+    # Tenant wire bodies by name (cluster-scoped) and namespace labels by name
+    # (reconcile.tenancy).
+    tenants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The SLOPolicy body, or None when it does not exist."""

@@ -88,9 +88,21 @@ ALERT_RULES_READY = "AlertRulesReady"
 RULES_APPLIED = "RulesApplied"  # True: the PrometheusRule holds the policy's rules
 RULES_REJECTED = "RulesRejected"  # False: 400/409/422, the API server or admission refused
 FORBIDDEN = "Forbidden"  # False: 403, RBAC or an admission webhook refused
+# The SLOPolicy's tenant (reconcile.tenancy; docs/reliability.md "Tenants and budgets").
+TENANT_BOUND = "TenantBound"
+TENANT_BOUND_BY_OBJECT = "BoundByTenant"  # True: a Tenant object binds the namespace
+TENANT_UNMANAGED = "Unmanaged"  # True: no Tenant object governs it (spec.tenant or namespace)
+NAMESPACE_NOT_BOUND = "NamespaceNotBound"  # False: the named Tenant does not bind it
+NAMESPACE_BOUND_ELSEWHERE = "NamespaceBoundElsewhere"  # False: another Tenant binds it
+TENANT_AMBIGUOUS = "TenantAmbiguous"  # False: several Tenants bind the namespace
+TENANT_REQUIRED = "TenantRequired"  # False: --require-tenants, no Tenant binds it
+TENANT_INVALID = "TenantInvalid"  # False: the named Tenant fails validation
+# PolicyBound=False, Ready=False on a service whose policy is refused its tenant.
+POLICY_TENANT_REFUSED = "PolicyTenantRefused"
 
 WARN_WHEN_FALSE = frozenset(
-    {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE}
+    {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE,
+     TENANT_BOUND}
 )
 WARN_WHEN_TRUE = frozenset({SCALING_LIMITED, ENGINE_MISMATCH})
 WARNING_REASONS = frozenset({UNKNOWN_GPU, CRD_MISSING})

@@ -21,6 +21,7 @@ from slo_operator.api.models import (
     InferenceServiceStatus,
     SLOPolicySpec,
     SLOPolicyStatus,
+    TenantSpec,
 )
 
 CATEGORY = "slo-operator"
@@ -132,10 +133,11 @@ def _crd(
     plural: str,
     short: str,
     spec_model: type[BaseModel],
-    status_model: type[BaseModel],
+    status_model: type[BaseModel] | None,
     columns: list[dict[str, Any]],
     spec_required: bool,
     description: str,
+    scope: str = "Namespaced",
 ) -> dict[str, Any]:
     spec_schema = openapi_schema(spec_model)
     root: dict[str, Any] = {
@@ -148,14 +150,15 @@ def _crd(
             # ObjectMeta's own documentation for metadata).
             "metadata": {"type": "object"},
             "spec": spec_schema,
-            "status": _status_schema(status_model),
         },
     }
+    if status_model is not None:
+        root["properties"]["status"] = _status_schema(status_model)
     if spec_required:
         root["required"] = ["spec"]
     else:
         spec_schema["default"] = _materialized_default(spec_schema)
-    return {
+    crd: dict[str, Any] = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
@@ -164,7 +167,7 @@ def _crd(
         },
         "spec": {
             "group": GROUP,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -178,13 +181,14 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **({"subresources": {"status": {}}} if status_model is not None else {}),
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
     }
+    return crd
 
 
 def inference_service_crd() -> dict[str, Any]:
@@ -250,9 +254,33 @@ def slo_policy_crd() -> dict[str, Any]:
     )
 
 
+def tenant_crd() -> dict[str, Any]:
+    """The Tenant CustomResourceDefinition (cluster-scoped: the platform team's)."""
+    columns: list[dict[str, Any]] = [
+        {"name": "GPUBudget", "type": "integer", "jsonPath": ".spec.gpuBudget"},
+        {"name": "MaxPriority", "type": "integer", "jsonPath": ".spec.maxPriority"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(
+        "Tenant",
+        "tenants",
+        "slotenant",
+        TenantSpec,
+        None,
+        columns,
+        spec_required=True,
+        description=(
+            "Tenant (cluster-scoped, short name slotenant) binds namespaces to a tenant and "
+            "owns its GPU budget and priority ceiling: an SLOPolicy may name a tenant in "
+            "spec.tenant only from a namespace the tenant binds."
+        ),
+        scope="Cluster",
+    )
+
+
 def all_crds() -> list[dict[str, Any]]:
-    """Both CustomResourceDefinitions."""
-    return [inference_service_crd(), slo_policy_crd()]
+    """Every CustomResourceDefinition of the API."""
+    return [inference_service_crd(), slo_policy_crd(), tenant_crd()]
 
 
 def crd_yaml(crd: dict[str, Any]) -> str:

@@ -353,6 +353,86 @@ class SLOPolicyStatus(_Status):
     )
 
 
+# ---------------------------------------------------------------------------- Tenant
+
+
+class SelectorRequirement(_Model):
+    """One requirement of a label selector (as in metav1.LabelSelectorRequirement)."""
+
+    # The label-selector API's own rules (k8s.io/apimachinery pkg/apis/meta/v1/validation
+    # ValidateLabelSelectorRequirement): In and NotIn need values, Exists and DoesNotExist
+    # take none.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!(self.operator in ['In', 'NotIn']) || "
+                    "(has(self.values) && size(self.values) > 0)",
+                    "spec.namespaceSelector.matchExpressions: operator In or NotIn needs values",
+                    ".values",
+                ),
+                _cel(
+                    "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || "
+                    "size(self.values) == 0",
+                    "spec.namespaceSelector.matchExpressions: operator Exists or DoesNotExist "
+                    "takes no values",
+                    ".values",
+                ),
+            ]
+        }
+    )
+
+    key: str = Field(max_length=316, pattern=QUALIFIED_NAME_PATTERN,
+                     description="Label key the requirement applies to.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In, NotIn, Exists or DoesNotExist.")
+    values: list[Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = Field(
+        default_factory=list, max_length=256,
+        description="Label values (In and NotIn only).")
+
+    @model_validator(mode="after")
+    def _api_rules(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f".values: operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f".values: operator {self.operator} takes no values")
+        return self
+
+
+class NamespaceSelector(_Model):
+    """Namespaces by label (as in metav1.LabelSelector); every term must hold. An empty
+    selector selects no namespace (unlike a NetworkPolicy's): binding every namespace to a
+    tenant takes an explicit ``Exists`` term."""
+
+    match_labels: dict[
+        Annotated[str, Field(max_length=316, pattern=QUALIFIED_NAME_PATTERN)],
+        Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)],
+    ] = Field(default_factory=dict, description="Labels a namespace must carry.")
+    match_expressions: list[SelectorRequirement] = Field(
+        default_factory=list, max_length=64, description="Requirements a namespace must meet.")
+
+
+class TenantSpec(_Model):
+    """The namespaces a tenant owns, its GPU budget and its priority ceiling. Set by the
+    platform team (cluster-scoped); an SLOPolicy in another namespace cannot claim it."""
+
+    namespaces: list[Annotated[str, Field(max_length=63, pattern=DNS_LABEL_PATTERN)]] = Field(
+        default_factory=list, max_length=1000,
+        description="Namespaces bound to this tenant, by name.")
+    namespace_selector: NamespaceSelector | None = Field(
+        default=None,
+        description="Namespaces bound to this tenant, by label (with spec.namespaces: either "
+        "binds).")
+    gpu_budget: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None,
+        description="Most GPUs the tenant's services may use together, across its namespaces; "
+        "an SLOPolicy's gpuBudget can lower it, never raise it. Unset: no tenant budget.")
+    max_priority: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None,
+        description="Highest spec.priority the tenant's SLOPolicies take effect with (a higher "
+        "one is lowered to it). Unset: no ceiling.")
+
+
 # ---------------------------------------------------------------------------- InferenceService
 
 

@@ -74,6 +74,17 @@ def policy_index(body: kopf.Body, **_: Any) -> dict[ObjKey, dict[str, Any]]:
     return {obj_key(body): slim(body)}
 
 
+@kopf.index(GROUP, VERSION, "tenants")
+def tenant_index(body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {str(body["metadata"]["name"]): slim(body)}
+
+
+@kopf.index("", "v1", "namespaces")
+def namespace_index(body: kopf.Body, **_: Any) -> dict[str, dict[str, str]]:
+    """Namespace labels, for Tenants' namespace selectors."""
+    return {str(body["metadata"]["name"]): dict(body["metadata"].get("labels") or {})}
+
+
 @kopf.index("apps", "v1", "deployments", labels=OWNED)
 def deployment_index(body: kopf.Body, **_: Any) -> dict[ObjKey, DeploymentObs] | None:
     key = owner_key(body)

@@ -31,6 +31,7 @@ from slo_operator.reconcile.caches import pick_indexes, snapshot
 from slo_operator.reconcile.policy_binding import reconcile_policy
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.refresh import refresh_services
+from slo_operator.reconcile.tenancy import Tenancy
 from slo_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -130,9 +131,10 @@ async def run_pass(memo: kopf.Memo, kube: KubeWriter | None = None) -> int:
     now = r.clock()
     # Policies aggregate their services' SLO state from the statuses just written.
     services = [ctx.statuses.latest(svc) for svc in snap.services.values()]
+    tenancy = Tenancy.of(snap, r.settings.require_tenants)
     for pol in snap.policies.values():
         start = time.monotonic()
-        await reconcile_policy(r.kube, pol, now, services)
+        await reconcile_policy(r.kube, pol, now, services, tenancy)
         METRICS.reconciles.labels("SLOPolicy", "ok").inc()
         METRICS.reconcile_duration.labels("SLOPolicy").observe(time.monotonic() - start)
     METRICS.managed.set(len(snap.services))

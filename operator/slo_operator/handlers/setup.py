@@ -287,6 +287,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                  if config.prometheus_url else None),
         settings=Settings(runtime_image=config.image, profiles=profiles,
                           pass_interval=config.interval,
+                          require_tenants=config.require_tenants,
                           # Optional CRDs (InferencePool) from API discovery, cached.
                           discovery=Kube(api)),
         creating=asyncio.Semaphore(config.workers),

@@ -15,7 +15,7 @@ from slo_operator.api.cluster import DeploymentObs, ObjKey, Snapshot
 
 # The kopf index functions' names: kopf hands each index to handlers under its name.
 INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index",
-               "price_index")
+               "price_index", "tenant_index", "namespace_index")
 
 
 def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -37,6 +37,8 @@ def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
         prices=prices or None,
         pods={k: tuple(store) for k, store in indexes["pod_index"].items()},
         nodes=tuple(indexes["node_index"].get("nodes", ())),
+        tenants=_one(indexes["tenant_index"]),
+        namespace_labels=_one(indexes["namespace_index"]),
     )
 
 

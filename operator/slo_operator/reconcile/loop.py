@@ -82,6 +82,7 @@ from slo_operator.reconcile.status import (
     slo_condition,
     written_at,
 )
+from slo_operator.reconcile.tenancy import Claim, Tenancy
 from slo_operator.render.names import label_value, service_label
 from slo_operator.slo.engine_info import (
     PodEngine,
@@ -113,6 +114,22 @@ class ServiceInput:
     pods: Sequence[PodObs]
     plan: ServicePlan  # its engine and pools as the reconciler plans them now
     uid: str = ""
+    claim: Claim | None = None  # its policy's tenant (reconcile.tenancy); None: namespace
+
+    @property
+    def tenant(self) -> str:
+        named = self.claim.tenant if self.claim else self.policy.tenant
+        return named or self.key.namespace
+
+    @property
+    def priority(self) -> int:
+        """The policy's priority under its Tenant's ceiling."""
+        return self.claim.priority(self.policy.priority) if self.claim else self.policy.priority
+
+    @property
+    def tenant_budget(self) -> int | None:
+        """The Tenant object's own GPU budget (None: none, or no Tenant object)."""
+        return self.claim.spec.gpu_budget if self.claim and self.claim.spec else None
 
 
 # ---------------------------------------------------------------- the memory between writes
@@ -179,6 +196,7 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
     chunked-prefill budget recorded in status (``reconcile.chunking``)."""
     settings = settings if settings is not None else Settings()
     fleet = fleet if fleet is not None else survey(snap)
+    tenancy = Tenancy.of(snap, settings.require_tenants)
     out = []
     for (ns, name), body in sorted(snap.services.items()):
         key = ServiceKey(ns, name)
@@ -194,6 +212,9 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
             policy = SLOPolicySpec.model_validate(pol_body.get("spec") or {})
         except ValidationError:
             continue
+        claim = tenancy.claim(ns, policy.tenant)
+        if claim.refused:
+            continue  # the reconciler reports it (PolicyBound False)
         if status.desired_replicas is None or status.hardware is None:
             continue  # not planned yet
         plan = plan_service(
@@ -207,7 +228,7 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
             continue  # the reconciler reports it; an update would not be applied
         out.append(ServiceInput(key, spec, policy, status, snap.deployment(ns, name),
                                 snap.pods_of(ns, name), plan,
-                                str(body["metadata"].get("uid", ""))))
+                                str(body["metadata"].get("uid", "")), claim))
     return out
 
 
@@ -339,11 +360,13 @@ def decide_all(
             key=s.key, wanted=decision.replicas,
             held=sum(1 for p in s.pods if not p.unschedulable),
             gpus_per_replica=(hw.gpus_per_replica or 1) if hw else 1,
-            priority=s.policy.priority, tenant=s.policy.tenant or s.key.namespace,
+            priority=s.priority, tenant=s.tenant,
             pool=_pool_key(s), min_replicas=lo,
         ))
+    # A Tenant object's budget is one more claim on its tenant: policies may lower it.
     grants = arbitrate(requests, free, tenant_budgets(
-        (r.tenant, s.policy.gpu_budget) for r, s in zip(requests, services, strict=True)))
+        [(s.tenant, s.policy.gpu_budget) for s in services]
+        + [(s.tenant, s.tenant_budget) for s in services]))
     return {s.key: _update(s, signals[s.key], decisions[s.key], grants.get(s.key), now,
                            unwritten[s.key], kept=memory is not None, engine=engines[s.key])
             for s in services}

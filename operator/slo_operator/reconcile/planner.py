@@ -72,6 +72,7 @@ from slo_operator.reconcile.status import (
     rollout_conditions,
     status_write,
 )
+from slo_operator.reconcile.tenancy import Tenancy
 from slo_operator.render.inference_pool import INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND
 from slo_operator.render.objects import LABEL_VARIANT, build_all
 from slo_operator.settings import OperatorSettings
@@ -94,6 +95,9 @@ class Settings:
     pass_interval: float = OperatorSettings.interval
     # Which optional kinds the API server serves (the InferencePool CRD); None: none.
     discovery: ApiDiscovery | None = None
+    # --require-tenants: a namespace no Tenant object binds gets no policy
+    # (reconcile.tenancy).
+    require_tenants: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,8 @@ def plan_reconcile(
     conds.append(Cond(C.SPEC_VALID, True, C.VALID, "Spec is valid"))
 
     ref = spec.slo_policy_ref.name if spec.slo_policy_ref else None
-    policy, bound = policy_condition(namespace, ref, snap.policy(namespace, ref) if ref else None)
+    policy, bound = policy_condition(namespace, ref, snap.policy(namespace, ref) if ref else None,
+                                     Tenancy.of(snap, settings.require_tenants))
     conds.append(bound)
     if policy is None:
         conds.append(Cond(C.READY, False, bound.reason, bound.message))

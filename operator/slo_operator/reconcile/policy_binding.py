@@ -14,6 +14,7 @@ from slo_operator.api.conditions import Cond, merge_conditions, transitions
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import SLOPolicySpec, SLOPolicyStatus, dump
 from slo_operator.reconcile.ports import KubeWriter
+from slo_operator.reconcile.tenancy import Tenancy
 
 
 def bound_to(
@@ -48,21 +49,27 @@ def reconcile_policy_sync(
     body: Mapping[str, Any],
     now: datetime,
     services: Iterable[Mapping[str, Any]],
+    tenancy: Tenancy | None = None,
 ) -> list[Mapping[str, Any]]:
     """Returns the bound services, so the caller can re-reconcile them.
 
-    ``services``: every InferenceService the caller holds (the watch cache).
+    ``services``: every InferenceService the caller holds (the watch cache); ``tenancy``:
+    the Tenant objects (None: none), which decide the ``TenantBound`` condition.
     """
     meta = body["metadata"]
     old = SLOPolicyStatus.model_validate(body.get("status") or {})
     new = old.model_copy(deep=True)
     new.observed_generation = meta.get("generation")
     try:
-        SLOPolicySpec.model_validate(body.get("spec") or {})
-        conds = [Cond(C.READY, True, C.VALID, "Policy is valid")]
+        spec = SLOPolicySpec.model_validate(body.get("spec") or {})
     except ValidationError as err:
         msg = summarize(field_problems(err))
         conds = [Cond(C.READY, False, C.INVALID_SPEC, msg)]
+    else:
+        claim = (tenancy or Tenancy()).claim(meta["namespace"], spec.tenant)
+        conds = [Cond(C.TENANT_BOUND, not claim.refused, claim.reason, claim.message),
+                 Cond(C.READY, True, C.VALID, "Policy is valid") if not claim.refused else
+                 Cond(C.READY, False, claim.reason, claim.message)]
     bound = bound_to(meta["namespace"], meta["name"], services)
     new.bound_services = [svc["metadata"]["name"] for svc in bound]
     new.bound_count = len(new.bound_services)
@@ -71,6 +78,8 @@ def reconcile_policy_sync(
     if dump(new) != dump(old):
         kube.patch_status("SLOPolicy", meta["namespace"], meta["name"], dump(new))
     for c in transitions(old.conditions, new.conditions):
+        if c.type == C.TENANT_BOUND and c.reason == C.TENANT_UNMANAGED:
+            continue  # every policy without Tenant objects: no news
         kube.event(body, "Warning" if c.status == "False" else "Normal", c.reason, c.message, now)
     return bound
 
@@ -80,6 +89,7 @@ async def reconcile_policy(
     body: Mapping[str, Any],
     now: datetime,
     services: Iterable[Mapping[str, Any]],
+    tenancy: Tenancy | None = None,
 ) -> list[Mapping[str, Any]]:
     """``reconcile_policy_sync`` in a worker thread (the client blocks)."""
-    return await asyncio.to_thread(reconcile_policy_sync, kube, body, now, services)
+    return await asyncio.to_thread(reconcile_policy_sync, kube, body, now, services, tenancy)

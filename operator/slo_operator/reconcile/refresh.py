@@ -36,6 +36,7 @@ from slo_operator.reconcile.planner import ReconcilePlan, Settings, plan_reconci
 from slo_operator.reconcile.policy_binding import bound_to, reconcile_policy
 from slo_operator.reconcile.ports import AppliedCache, KubeWriter
 from slo_operator.reconcile.status import SLOUpdate
+from slo_operator.reconcile.tenancy import Tenancy
 from slo_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -385,7 +386,8 @@ async def policy_changed(r: Reconciler, body: Mapping[str, Any], snap: Snapshot,
     namespace, name = meta["namespace"], meta["name"]
     # The cache may not hold this very revision yet: the handler's body is the newest.
     snap = replace(snap, policies={**snap.policies, (namespace, name): dict(body)})
-    bound = await reconcile_policy(r.kube, body, r.clock(), snap.services.values())
+    bound = await reconcile_policy(r.kube, body, r.clock(), snap.services.values(),
+                                   Tenancy.of(snap, r.settings.require_tenants))
     keys = [ServiceKey(namespace, svc["metadata"]["name"]) for svc in bound]
     return await refresh_services(r, snap, keys, decide=decide)
 

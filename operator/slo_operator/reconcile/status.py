@@ -30,6 +30,7 @@ from slo_operator.api.models import (
 )
 from slo_operator.api.observe import MetricsState, Signals
 from slo_operator.control import reasons as R
+from slo_operator.reconcile.tenancy import Tenancy
 from slo_operator.slo.evaluate import Outcome, Verdict
 
 __all__ = [
@@ -99,13 +100,20 @@ def rollout_conditions(
 
 
 def policy_condition(
-    namespace: str, ref: str | None, body: Mapping[str, Any] | None
+    namespace: str, ref: str | None, body: Mapping[str, Any] | None,
+    tenancy: Tenancy | None = None,
 ) -> tuple[SLOPolicySpec | None, Cond]:
     """The policy a service runs under and its PolicyBound condition.
 
-    ``ref`` is spec.sloPolicyRef.name (None: defaults); ``body`` the SLOPolicy as cached.
+    ``ref`` is spec.sloPolicyRef.name (None: defaults); ``body`` the SLOPolicy as cached;
+    ``tenancy``: the Tenants, which may refuse the policy its tenant (None: no Tenants).
     """
     if ref is None:
+        claim = (tenancy or Tenancy()).claim(namespace, None)
+        if claim.refused:
+            return None, Cond(C.POLICY_BOUND, False, C.POLICY_TENANT_REFUSED,
+                              f"No spec.sloPolicyRef, and the defaults' tenant is refused: "
+                              f"{claim.message}")
         return SLOPolicySpec(), Cond(
             C.POLICY_BOUND, True, C.DEFAULT_POLICY, "No spec.sloPolicyRef; using defaults"
         )
@@ -121,6 +129,10 @@ def policy_condition(
             C.POLICY_BOUND, False, C.POLICY_INVALID,
             f"SLOPolicy {namespace}/{ref} is invalid: {summarize(field_problems(err))}",
         )
+    claim = (tenancy or Tenancy()).claim(namespace, policy.tenant)
+    if claim.refused:
+        return None, Cond(C.POLICY_BOUND, False, C.POLICY_TENANT_REFUSED,
+                          f"SLOPolicy {namespace}/{ref} is refused its tenant: {claim.message}")
     return policy, Cond(C.POLICY_BOUND, True, C.POLICY_RESOLVED, f"Bound to SLOPolicy {ref}")
 
 

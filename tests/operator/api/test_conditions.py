@@ -100,7 +100,7 @@ def test_a_status_flip_with_the_same_reason_is_a_transition() -> None:
 
 def test_which_transitions_post_warning_and_normal_events() -> None:
     assert {C.READY, C.SPEC_VALID, C.POLICY_BOUND, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT,
-            C.METRICS_AVAILABLE} == C.WARN_WHEN_FALSE
+            C.METRICS_AVAILABLE, C.TENANT_BOUND} == C.WARN_WHEN_FALSE
     assert {C.SCALING_LIMITED, C.ENGINE_MISMATCH} == C.WARN_WHEN_TRUE
     assert {C.UNKNOWN_GPU, C.CRD_MISSING} == C.WARNING_REASONS
     assert {C.READY, C.HARDWARE_RESOLVED, C.SLO_COMPLIANT, C.METRICS_AVAILABLE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import kopf
@@ -40,12 +41,17 @@ def index_kwargs(snap: Snapshot) -> dict[str, Any]:
         "pod_index": {k: list(v) for k, v in snap.pods.items()},
         "node_index": {"nodes": list(snap.nodes)},
         "price_index": {},
+        "tenant_index": {k: [v] for k, v in snap.tenants.items()},
+        "namespace_index": {k: [v] for k, v in snap.namespace_labels.items()},
     }
 
 
 def test_the_snapshot_of_the_index_kwargs_is_what_they_hold() -> None:
     _, snap, _ = planned()
+    snap = replace(snap, tenants={"acme": {"spec": {"namespaces": ["team-a"]}}},
+                   namespace_labels={"team-a": {"team": "a"}})
     again = snapshot(index_kwargs(snap))
+    assert (again.tenants, again.namespace_labels) == (snap.tenants, snap.namespace_labels)
     assert (again.services, again.policies, again.pods, again.variant_deployments,
             tuple(again.nodes)) == (snap.services, snap.policies,
                                     {k: tuple(v) for k, v in snap.pods.items()},

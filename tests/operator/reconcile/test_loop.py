@@ -260,3 +260,67 @@ def test_a_tenants_gpu_budget_is_the_smallest_any_of_its_policies_sets() -> None
     assert sum(updates[k].replicas for k in keys) <= 2
     limited = [c for k in keys for c in updates[k].conds if c.type == C.SCALING_LIMITED]
     assert {c.reason for c in limited} == {"GPUBudgetExceeded"}
+
+
+def _tenant(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def _two_namespaces(nodes: tuple[NodeInfo, ...], pa: dict[str, Any], pb: dict[str, Any],
+                    tenants: dict[str, dict[str, Any]]) -> Snapshot:
+    _, a, _ = planned(ns="team-a", name="chat", replicas=1, nodes=nodes, **pa)
+    _, b, _ = planned(ns="team-b", name="code", replicas=1, nodes=nodes, **pb)
+    return Snapshot(services={**a.services, **b.services}, policies={**a.policies, **b.policies},
+                    deployments={**a.deployments, **b.deployments},
+                    variant_deployments={**a.variant_deployments, **b.variant_deployments},
+                    pods={**a.pods, **b.pods}, nodes=nodes, tenants=tenants)
+
+
+def test_a_tenant_objects_gpu_budget_holds_across_its_namespaces_and_services() -> None:
+    """A Tenant binding two namespaces with gpuBudget 2, its policies setting none (or a
+    larger one): overloaded, the two services together hold at most 2 GPUs."""
+    big = (NodeInfo("h100-big", H100, {"nvidia.com/gpu": "64"}),)
+    snap = _two_namespaces(big, {}, {"gpuBudget": 100}, {
+        "acme": _tenant("acme", namespaces=["team-a", "team-b"], gpuBudget=2)})
+    keys = [ServiceKey("team-a", "chat"), ServiceKey("team-b", "code")]
+    updates = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, OVERLOAD)), snap,
+                                             NOW))
+    assert sum(updates[k].replicas for k in keys) <= 2
+    limited = {c.reason for k in keys for c in updates[k].conds if c.type == C.SCALING_LIMITED}
+    assert limited == {"GPUBudgetExceeded"}
+    # Without the Tenant the same two services grow past it.
+    free = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, OVERLOAD)),
+                                          replace(snap, tenants={}), NOW))
+    assert sum(free[k].replicas for k in keys) > 2
+
+
+def test_a_tenants_priority_ceiling_takes_effect_when_gpus_are_scarce() -> None:
+    """team-a asks priority 100 under a Tenant whose ceiling is 1; team-b asks 10 with no
+    Tenant: team-b's service wins the scarce GPUs."""
+    node = (NodeInfo("h100-a", H100, {"nvidia.com/gpu": "8"}),)
+    snap = _two_namespaces(node, {"priority": 100}, {"priority": 10},
+                           {"acme": _tenant("acme", namespaces=["team-a"], maxPriority=1)})
+    snap = replace(snap, deployments={k: replace(d, replicas=3, ready_replicas=3,
+                                                  spec_replicas=3)
+                                      for k, d in snap.deployments.items()},
+                   pods={k: pods(3, prefix=k[1]) for k in snap.pods})
+    flood = replace(OVERLOAD, rate=4000.0)
+    keys = [ServiceKey("team-a", "chat"), ServiceKey("team-b", "code")]
+    ups = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, flood)), snap,
+                                         NOW + timedelta(seconds=30)))
+    capped, other = ups[keys[0]], ups[keys[1]]
+    assert other.replicas > capped.replicas
+    assert capped.replicas + other.replicas <= 8
+    free = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, flood)),
+                                          replace(snap, tenants={}), NOW + timedelta(seconds=30)))
+    assert free[keys[0]].replicas > free[keys[1]].replicas  # its own 100 wins without one
+
+
+def test_a_service_whose_policy_is_refused_its_tenant_gets_no_decision() -> None:
+    big = (NodeInfo("h100-big", H100, {"nvidia.com/gpu": "64"}),)
+    snap = _two_namespaces(big, {"tenant": "acme"}, {}, {
+        "acme": _tenant("acme", namespaces=["team-b"], gpuBudget=2)})
+    keys = [ServiceKey("team-a", "chat"), ServiceKey("team-b", "code")]
+    updates = asyncio.run(observe_and_decide(FakeMetrics(dict.fromkeys(keys, OVERLOAD)), snap,
+                                             NOW))
+    assert keys[0] not in updates and keys[1] in updates
