@@ -45,7 +45,8 @@ from slo_runtime.contract import (
 FIELD_MANAGER = "slo-operator"
 log = logging.getLogger(__name__)
 
-PLURALS = {"InferenceService": "inferenceservices", "SLOPolicy": "slopolicies"}
+PLURALS = {"InferenceService": "inferenceservices", "SLOPolicy": "slopolicies",
+           "Tenant": "tenants"}
 # The API versions of the kinds the operator deletes (retired variants, a pool turned off).
 DELETE_API_VERSIONS = {"Deployment": "apps/v1",
                        "InferencePool": "inference.networking.k8s.io/v1",
@@ -265,11 +266,21 @@ class Kube:
             pods=pods,
             nodes=nodes,
             prices=prices or None,
-            tenants={t["metadata"]["name"]: t for t in self.list_custom("Tenant")},
+            tenants={t["metadata"]["name"]: t for t in self._tenants()},
             namespace_labels={
                 n["metadata"]["name"]: dict(n["metadata"].get("labels") or {})
                 for n in self._wire(self.core.list_namespace()).get("items", [])},
         )
+
+    def _tenants(self) -> list[dict[str, Any]]:
+        """Every Tenant; none where the Tenant CRD is not installed (an upgrade that kept
+        the older CRDs: Helm installs a chart's CRDs but never upgrades them)."""
+        try:
+            return self.list_custom("Tenant")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return []
 
     def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves ``kind`` in ``api_version`` (an optional CRD is

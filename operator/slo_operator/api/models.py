@@ -404,12 +404,19 @@ class NamespaceSelector(_Model):
     selector selects no namespace (unlike a NetworkPolicy's): binding every namespace to a
     tenant takes an explicit ``Exists`` term."""
 
-    match_labels: dict[
-        Annotated[str, Field(max_length=316, pattern=QUALIFIED_NAME_PATTERN)],
-        Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)],
-    ] = Field(default_factory=dict, description="Labels a namespace must carry.")
+    match_labels: dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = (
+        Field(default_factory=dict, max_length=64,
+              description="Labels (keys and values) a namespace must carry."))
     match_expressions: list[SelectorRequirement] = Field(
         default_factory=list, max_length=64, description="Requirements a namespace must meet.")
+
+    @model_validator(mode="after")
+    def _label_keys(self) -> NamespaceSelector:
+        for key in self.match_labels:
+            if not _QUALIFIED_NAME_RE.fullmatch(key) or len(key.split("/")[0]) > 253:
+                raise ValueError(f".matchLabels: {key!r} is not a label key such as "
+                                 "example.com/team")
+        return self
 
 
 class TenantSpec(_Model):
