@@ -9,7 +9,7 @@ not claim them too. Retiring a variant is planned as :class:`Delete` actions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import replace
 
 from slo_operator.api import conditions as C
@@ -30,12 +30,27 @@ def _gpu_pending(p: PodObs) -> bool:
     return p.unschedulable and any(w in p.message for w in _GPU_WORDS)
 
 
+def lost(p: PodObs, nodes: Set[str]) -> bool:
+    """Bound to a node that is gone (``nodes``: the names of the nodes that exist).
+
+    Nothing evicts such a pod at once: its status keeps saying Running and Ready until the
+    kube-controller-manager's pod garbage collector force-deletes it, 40 s or more after
+    the node went (kubernetes pkg/controller/podgc/gc_controller.go, ``gcOrphaned`` with
+    ``quarantineTime``), and only then does its ReplicaSet replace it. Until then it serves
+    nothing and holds no GPU of any pool, so placement counts it neither as scheduled nor
+    as Ready."""
+    return bool(p.node) and p.node not in nodes
+
+
 def options(plan: ServicePlan, snap: Snapshot, namespace: str, name: str,
             selector: Mapping[str, str], gpus: GpuLedger) -> list[VariantOption]:
     """Each variant's placement facts from the watch caches and the GPUs still free
-    (``selector``: the service's own node selector, which narrows each pool)."""
+    (``selector``: the service's own node selector, which narrows each pool). Pods of a
+    lost node (see :func:`lost`) count as neither scheduled nor Ready: a pool that lost a
+    node has only its remaining nodes' room, and the replicas beyond it spill at once."""
     deps = snap.variants(namespace, name)
-    pods = snap.pods_of(namespace, name)
+    nodes = {n.name for n in snap.nodes}
+    pods = [p for p in snap.pods_of(namespace, name) if not lost(p, nodes)]
     out = []
     for v in plan.variants:
         vid = v.option.variant
@@ -79,13 +94,17 @@ def retire_variants(snap: Snapshot, namespace: str, name: str, plan: ServicePlan
                     placed: Placement) -> list[Delete]:
     """Deletes of the Deployments of variants no pool offers any more (a pool removed, or a
     Deployment of a release without variants), once the variants that stay have as many
-    Ready replicas as the service asks for: capacity never drops for the clean-up."""
+    Ready replicas as the service asks for: capacity never drops for the clean-up. Ready
+    pods of a lost node (see :func:`lost`) do not count."""
     keep = {v.option.variant for v in plan.variants}
     deps = snap.variants(namespace, name)
     stale = {vid: d for vid, d in deps.items() if vid not in keep}
     if not stale:
         return []
-    ready = sum(deps[v].ready_replicas for v in keep if v in deps)
+    nodes = {n.name for n in snap.nodes}
+    serving = [p for p in snap.pods_of(namespace, name) if p.ready and not lost(p, nodes)]
+    ready = sum(min(deps[v].ready_replicas, sum(1 for p in serving if p.variant == v))
+                for v in keep if v in deps)
     wanted = sum(placed.replicas.values())
     if wanted and ready < wanted:
         return []
@@ -97,7 +116,9 @@ def retire_variants(snap: Snapshot, namespace: str, name: str, plan: ServicePlan
 def variant_status(plan: ServicePlan, placed: Placement, opts: Sequence[VariantOption],
                    deps: Mapping[str, DeploymentObs]) -> list[VariantStatus]:
     """``status.variants``: every pool the service may run on, in placement order, from
-    the facts ``place_variants`` used."""
+    the facts ``place_variants`` used. A variant's Ready count is its Deployment's, but no
+    more than its Ready pods on nodes that exist: a Deployment keeps counting the pods of
+    a lost node (see :func:`lost`) until they are garbage-collected."""
     out = []
     for rank, (v, o) in enumerate(zip(plan.variants, opts, strict=True)):
         dep = deps.get(o.variant)
@@ -106,7 +127,7 @@ def variant_status(plan: ServicePlan, placed: Placement, opts: Sequence[VariantO
             name=o.variant, product=o.product,
             deployment=variant_name(v.render.name, o.variant),
             desired_replicas=placed.replicas.get(o.variant, 0),
-            ready_replicas=dep.ready_replicas if dep else 0,
+            ready_replicas=min(dep.ready_replicas, o.ready) if dep else 0,
             pending_replicas=o.pending,
             gpus_per_replica=o.gpus_per_replica, precision=engine_precision(v.engine),
             cost_per_request_per_second=None if cost == float("inf") else round(cost, 4),

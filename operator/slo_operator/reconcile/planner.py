@@ -18,7 +18,7 @@ replace the planned ones.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,7 @@ from slo_operator.reconcile.desired import (
 )
 from slo_operator.reconcile.gpu_inventory import Fleet, survey
 from slo_operator.reconcile.placing import (
+    lost,
     place_variants,
     placement_event,
     retire_variants,
@@ -328,6 +329,11 @@ def plan_reconcile(
     conds += [pool.cond] if pool.cond is not None else []
     dep = snap.deployment(namespace, name)
     pods = snap.pods_of(namespace, name)
+    nodes = {n.name for n in snap.nodes}
+    gone = sum(1 for p in pods if p.ready and lost(p, nodes))
+    if dep is not None and gone:
+        # A Deployment counts the Ready pods of a lost node until they are collected.
+        dep = replace(dep, ready_replicas=max(0, dep.ready_replicas - gone))
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patches = live_limit_patches(namespace, pods, limit)

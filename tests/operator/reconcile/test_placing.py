@@ -4,6 +4,7 @@ through reconcile_service_sync against the in-memory writer."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -174,3 +175,43 @@ def test_the_fleet_step_pools_the_free_gpus_of_a_multi_variant_service() -> None
     free = free_by_pool(fleet, [svc])
     assert free["H100-SXM-80GB"] == 1 and free["A100-SXM4-80GB"] == 4
     assert free[key] == 5
+
+
+def test_pods_of_a_lost_node_count_as_neither_scheduled_nor_ready() -> None:
+    # Both H100 replicas ran on a node that is gone; their pods still read Running and
+    # Ready until the pod garbage collector removes them. The H100 pool is left with
+    # another node of one GPU.
+    gone = [replace(p, node="h100-gone") for p in pods(HV, ready=2)]
+    nodes = (NodeInfo("h100-b", H100, {"nvidia.com/gpu": "1"}), NODES[1])
+    snap = replace(snapshot({HV: 2}, gone), nodes=nodes)
+    kube, status = reconcile(2, snap)
+    # One replica fits the node left, the other spills now (no surge-first hold: the lost
+    # replicas are not Ready capacity to keep).
+    assert deployed(kube) == {HV: 1, AV: 1}
+    assert "spilled past H100-SXM-80GB: H100-SXM-80GB full (1 free GPUs)" in status["placement"]
+    v = {x["name"]: x for x in status["variants"]}
+    assert (v[HV]["desiredReplicas"], v[AV]["desiredReplicas"]) == (1, 1)
+    # The same pods while their node is still there are scheduled and Ready: nothing moves.
+    kube, _ = reconcile(2, replace(snapshot({HV: 2}, pods(HV, ready=2)),
+                                   nodes=(NODES[0], *nodes)))
+    assert deployed(kube) == {HV: 2}
+
+
+def test_a_variant_reports_no_ready_replicas_on_a_lost_node() -> None:
+    # The Deployment still counts the lost node's two pods as Ready.
+    gone = [replace(p, node="h100-gone") for p in pods(HV, ready=2)]
+    nodes = (NodeInfo("h100-b", H100, {"nvidia.com/gpu": "1"}), NODES[1])
+    _, status = reconcile(2, replace(snapshot({HV: 2}, gone), nodes=nodes))
+    v = {x["name"]: x for x in status["variants"]}
+    assert v[HV]["readyReplicas"] == 0
+
+
+def test_a_retired_variant_waits_for_ready_replicas_on_nodes_that_exist() -> None:
+    legacy = [PodObs("chat-old-0", "Running", ready=True, inflight_limit=256,
+                     gpu_product="H100-SXM-80GB", gpus=1, gpu_resource="nvidia.com/gpu",
+                     node="h100-a")]
+    # The new variant's one Ready pod sits on a node that is gone: it serves nothing, so
+    # the older release's Deployment keeps serving.
+    gone = [replace(p, node="h100-gone") for p in pods(HV, ready=1)]
+    kube, _ = reconcile(1, snapshot({"": 1, HV: 1}, legacy + gone))
+    assert kube.deletes == []

@@ -234,3 +234,19 @@ def test_a_refused_object_is_a_condition_one_event_and_a_back_off() -> None:
     assert ("Service", "chat") in fixed.applies
     ready = next(c for c in out.status["conditions"] if c["type"] == C.READY)
     assert ready["reason"] != C.APPLY_FAILED
+
+
+def test_a_ready_pod_of_a_lost_node_is_not_counted_ready() -> None:
+    """Until the pod garbage collector removes them, pods of a deleted node stay Running
+    and Ready, and their Deployment counts them: the service must not."""
+    snap = make_snapshot(dep=READY_DEP, pods=RUNNING)
+    key = (NS, "chat")
+    first, second = snap.pods[key]
+    snap = replace(snap, pods={key: (first, replace(second, node="h100-gone"))})
+    body = make_isvc(status={"desiredReplicas": 2})
+    _, outcome = run(body, snap)
+    assert outcome.status["readyReplicas"] == 1
+    assert [v["readyReplicas"] for v in outcome.status["variants"]] == [1]
+    assert conds(outcome.status)[C.READY] == ("False", C.NOT_READY)
+    _, whole = run(body, make_snapshot(dep=READY_DEP, pods=RUNNING))
+    assert conds(whole.status)[C.READY][0] == "True"
