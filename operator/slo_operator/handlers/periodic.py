@@ -25,9 +25,10 @@ from typing import Any
 
 import kopf
 
+from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.setup import PeeringGate, context, release_freed_memory
 from slo_operator.monitoring.operator_metrics import METRICS
-from slo_operator.reconcile.caches import pick_indexes, snapshot
+from slo_operator.reconcile.caches import live_view, pick_indexes, snapshot, superseded
 from slo_operator.reconcile.policy_binding import reconcile_policy
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.refresh import refresh_services
@@ -127,7 +128,13 @@ async def run_pass(memo: kopf.Memo, kube: KubeWriter | None = None) -> int:
     if kube is not None:
         r = replace(r, kube=kube)
     snap = snapshot(memo.slo_indexes)
-    done = await refresh_services(r, snap)
+    live = memo.slo_indexes
+
+    def stale(key: ServiceKey) -> bool:
+        k = (key.namespace, key.name)
+        return superseded(snap, *live_view(live, k), k)
+
+    done = await refresh_services(r, snap, stale=stale)
     now = r.clock()
     # Policies aggregate their services' SLO state from the statuses just written.
     services = [ctx.statuses.latest(svc) for svc in snap.services.values()]

@@ -42,6 +42,39 @@ def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
     )
 
 
+def _revision(body: Mapping[str, Any] | None) -> tuple[Any, Any] | None:
+    meta = (body or {}).get("metadata") or {}
+    return (meta.get("uid"), meta.get("generation")) if body is not None else None
+
+
+def superseded(snap: Snapshot, live_service: Mapping[str, Any] | None,
+               live_policy: Mapping[str, Any] | None, key: ObjKey) -> bool:
+    """Whether the caches now hold another revision of service ``key`` or of the policy it
+    names than ``snap`` does: deleted, recreated, or its spec edited since (pure). A pass
+    planned from ``snap`` writes nothing for such a service: its own handler reconciles
+    the new revision (a policy edit decides for its services at once), and the next pass
+    decides from it."""
+    then = snap.services.get(key)
+    if live_service is None or then is None or _revision(then) != _revision(live_service):
+        return True
+    ref = ((live_service.get("spec") or {}).get("sloPolicyRef") or {}).get("name")
+    if not ref:
+        return False
+    return _revision(snap.policy(key[0], ref)) != _revision(live_policy)
+
+
+def live_view(indexes: Mapping[str, Any], key: ObjKey
+              ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """The service ``key`` and the policy it names as the caches hold them now."""
+    def one(index: Mapping[Any, Any], k: Any) -> Mapping[str, Any] | None:
+        store = index.get(k)
+        return next(iter(store), None) if store else None
+
+    svc = one(indexes["service_index"], key)
+    ref = (((svc or {}).get("spec") or {}).get("sloPolicyRef") or {}).get("name")
+    return svc, one(indexes["policy_index"], (key[0], ref)) if ref else None
+
+
 def pick_indexes(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The index objects among a handler's kwargs (live views, safe to keep)."""
     return {name: kwargs[name] for name in INDEX_NAMES}

@@ -171,6 +171,7 @@ class PassResult:
     outcomes: dict[ServiceKey, Outcome] = field(default_factory=dict)
     writes: int = 0  # objects applied, deleted or patched
     pending: int = 0  # services failed, waiting for a retry or with an invalid spec
+    superseded: int = 0  # services deleted or edited (or their policy) since the snapshot
 
 
 def decision_direction(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
@@ -228,7 +229,8 @@ def _plan_batch(r: Reconciler, batch: list[_Planned], snap: Snapshot,
 
 async def refresh_services(r: Reconciler, snap: Snapshot,
                            keys: Iterable[ServiceKey] | None = None,
-                           decide: bool = True) -> PassResult:
+                           decide: bool = True,
+                           stale: Callable[[ServiceKey], bool] | None = None) -> PassResult:
     """Observe and decide for the services ``keys`` (None: every service in ``snap``), then
     refresh each with its update, from one snapshot and one fleet.
 
@@ -241,6 +243,12 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
     side, at most ``r.write_concurrency`` services at a time. A service's lock is held
     from its planning to the end of its writes; every multi-service refresh takes the
     locks in the same (key) order, so two of them never wait on each other in a cycle.
+
+    ``stale``: asked for each service once its lock is held (None: never): True when the
+    caches now hold a newer revision of it or of its policy than ``snap`` (deleted or
+    edited while the pass observed and decided); such a service is left alone by this
+    pass (counted in ``superseded``), so no write goes to a deleted object and no decision
+    of an edited-away policy lands after the edit's own reconcile.
     """
     # Decide from the newest status (this operator's own memory included), even when the
     # watch cache has not yet delivered what the previous reconcile wrote.
@@ -267,6 +275,12 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
             for p in batch:
                 await p.lock.acquire()
                 held.append(p)
+            if stale is not None:
+                for p in [p for p in batch if stale(p.key)]:
+                    batch.remove(p)
+                    held.remove(p)
+                    p.lock.release()
+                    result.superseded += 1
             fleet = await asyncio.to_thread(_plan_batch, r, batch, snap, result.updates,
                                             fleet)
             for p in batch:

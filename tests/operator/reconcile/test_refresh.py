@@ -282,3 +282,75 @@ def test_a_failed_batch_does_not_stop_the_next() -> None:
 
     asyncio.run(main())
     assert batches == [[a], [b]]
+
+
+def test_a_pass_writes_nothing_for_services_deleted_or_edited_since_its_snapshot() -> None:
+    """The pass observed and decided from a snapshot; meanwhile team-a's policy was edited
+    and team-b's service deleted. Neither gets a write from this pass (the edit's own
+    reconcile decides with the new policy); an untouched service still does."""
+    from slo_operator.reconcile.caches import live_view, superseded
+    from tests.operator.handlers.test_handlers import index_kwargs
+
+    snap = two_tenants()
+    _, third, _ = planned(ns="team-c", name="third", nodes=EIGHT)
+    snap = replace(snap, services={**snap.services, **third.services},
+                   policies={**snap.policies, **third.policies},
+                   deployments={**snap.deployments, **third.deployments},
+                   variant_deployments={**snap.variant_deployments,
+                                        **third.variant_deployments},
+                   pods={**snap.pods, **third.pods})
+    edited = edited_gold()
+    edited["metadata"]["generation"] = 2
+    live = replace(snap, policies={**snap.policies, ("team-a", "gold"): edited},
+                   services={k: v for k, v in snap.services.items() if k != ("team-b", "other")})
+    indexes = index_kwargs(live)
+
+    def stale(key: ServiceKey) -> bool:
+        k = (key.namespace, key.name)
+        return superseded(snap, *live_view(indexes, k), k)
+
+    kube = FakeKube()
+    metrics = FakeMetrics({CHAT: QUIET, OTHER: QUIET, ServiceKey("team-c", "third"): QUIET})
+    done = asyncio.run(refresh_services(reconciler(kube, metrics), snap, stale=stale))
+    assert done.superseded == 2
+    assert set(done.outcomes) == {ServiceKey("team-c", "third")}
+    assert not [k for k in kube.objects if k[1] in ("team-a", "team-b")]
+    assert kube.statuses  # the untouched service was reconciled
+    # Without the check the same pass writes to all three.
+    every = asyncio.run(refresh_services(reconciler(FakeKube(), metrics), snap))
+    assert len(every.outcomes) == 3 and every.superseded == 0
+
+
+@pytest.mark.parametrize(("change", "stale"), [
+    pytest.param("nothing", False, id="unchanged"),
+    pytest.param("status", False, id="a-status-write-is-no-new-revision"),
+    pytest.param("spec", True, id="spec-edited"),
+    pytest.param("recreated", True, id="deleted-and-recreated"),
+    pytest.param("policy", True, id="policy-edited"),
+    pytest.param("policy-gone", True, id="policy-deleted"),
+])
+def test_which_changes_supersede_a_snapshot(change: str, stale: bool) -> None:
+    from slo_operator.reconcile.caches import superseded
+
+    snap = two_tenants()
+    svc = snap.services[("team-a", "chat")]
+    svc = {**svc, "metadata": {**svc["metadata"], "uid": "u1", "generation": 1}}
+    pol = snap.policies[("team-a", "gold")]
+    pol = {**pol, "metadata": {**pol["metadata"], "uid": "p1", "generation": 1}}
+    snap = replace(snap, services={**snap.services, ("team-a", "chat"): svc},
+                   policies={**snap.policies, ("team-a", "gold"): pol})
+    live_svc: dict[str, Any] = {**svc, "metadata": dict(svc["metadata"])}
+    live_pol: dict[str, Any] | None = {**pol, "metadata": dict(pol["metadata"])}
+    if change == "status":
+        live_svc["status"] = {"desiredReplicas": 5}
+    elif change == "spec":
+        live_svc["metadata"]["generation"] = 2
+    elif change == "recreated":
+        live_svc["metadata"]["uid"] = "u2"
+    elif change == "policy":
+        assert live_pol is not None
+        live_pol["metadata"]["generation"] = 2
+    elif change == "policy-gone":
+        live_pol = None
+    live_svc["spec"] = {**live_svc["spec"], "sloPolicyRef": {"name": "gold"}}
+    assert superseded(snap, live_svc, live_pol, ("team-a", "chat")) is stale
