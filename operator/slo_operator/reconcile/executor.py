@@ -4,9 +4,9 @@ The only place a service's reconcile writes. Refusals are handled as they always
 
 - an apply the API server refuses is recorded in the ``AppliedCache`` (back-off: 30 s,
   doubling, at most 10 min), and the executor stops there: the actions after it (later
-  applies, deletes, pod patches, the planned status and Events) are dropped and the
-  plan's :class:`Refusal` report (Ready False, ``ApplyFailed``, the server's message) is
-  written instead;
+  applies, deletes, pod patches and Events) are dropped and the plan's :class:`Refusal`
+  report (Ready False, ``ApplyFailed``, the server's message) is written over the
+  planned status (which a plan writes first, ``planner.plan_reconcile``);
 - a refused delete is skipped (retried next pass; the variant keeps serving meanwhile);
 - anything else a writer raises propagates to the caller.
 """

@@ -367,5 +367,18 @@ def plan_reconcile(
     new.control = with_memory(new.control, plan.chunk_memory)
     announce = [*announce, *chunk_events(plan.chunk_changes, list(existing))]
     rep = report(body, old_status, new, conds, now, announce, update)
-    return ReconcilePlan((*applies, *deletes, *patches, *rep.actions), rep.status, left, now,
+    # The status (the decision: desiredReplicas, batchLimit, the law's memory) is written
+    # before the objects that carry it out: an operator killed between the two finds the
+    # decision in status when it starts again and finishes the action (its resume
+    # reconcile applies status.desiredReplicas and batchLimit); written after, the
+    # restarted operator read the previous decision and undid the action before its first
+    # pass redid it. The Events follow the actions they announce.
+    first = tuple(a for a in rep.actions if isinstance(a, PatchStatus))
+    then = tuple(a for a in rep.actions if not isinstance(a, PatchStatus))
+    if first:
+        # A refused apply is then reported over the status just written (the decision
+        # stays recorded: the next attempt carries it out).
+        written = InferenceServiceStatus.model_validate(rep.status)
+        refusal = Refusal(body, written, written.model_copy(deep=True), (), now)
+    return ReconcilePlan((*first, *applies, *deletes, *patches, *then), rep.status, left, now,
                          refusal=refusal if applies else None)

@@ -61,14 +61,17 @@ def test_a_refused_apply_stops_there_and_reports_apply_failed_instead() -> None:
     assert kube.attempts == [("Deployment", f"chat-vllm-{VARIANT}"), ("Service", "chat")]
     assert kube.pod_patches == [] and kube.deletes == []
     assert out.applied == [f"Deployment/chat-vllm-{VARIANT}"]
-    # The status written is the refusal's: Ready False with the server's own message, and
-    # the hardware and engine settings that were planned; no decision is recorded.
-    assert kube.statuses == [out.status] and out.status != plan.status
+    # The planned status (the decision) went first; the refusal is reported over it: Ready
+    # False with the server's own message, the hardware and engine settings planned, and
+    # the decision still recorded, so the next attempt carries it out.
+    assert kube.statuses == [plan.status, out.status] and out.status != plan.status
     status, reason, message = ready(out.status)
     assert (status, reason) == ("False", C.APPLY_FAILED)
     assert "spec.ports[0].port" in message and "Service chat" in message
     assert out.status["hardware"]["product"]
-    assert not out.status.get("lastDecisions") and "batchLimit" not in out.status
+    assert {k: v for k, v in out.status.items() if k != "conditions"} == {
+        k: v for k, v in plan.status.items() if k != "conditions"}
+    assert out.status["lastDecisions"] == plan.status["lastDecisions"]
     assert ("Warning", C.APPLY_FAILED) in [(t, r) for t, r, _ in kube.events]
     assert not [e for e in kube.events if e[1] == C.BATCH_LIMIT_CHANGED]
     # The back-off starts at 30 s; the Deployment that went through is remembered.

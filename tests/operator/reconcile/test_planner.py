@@ -141,14 +141,14 @@ class Row:
     [
         pytest.param(
             Row(make_isvc(), SETTLED, now=NOW),
-            [f"apply {DEPLOYMENT}", "apply Service/chat", "apply PodDisruptionBudget/chat-vllm",
-             "status InferenceService/chat"],
+            ["status InferenceService/chat", f"apply {DEPLOYMENT}", "apply Service/chat",
+             "apply PodDisruptionBudget/chat-vllm"],
             [("Normal", C.AVAILABLE), ("Normal", C.HARDWARE_FOUND),
              ("Normal", C.AWAITING_METRICS)], None,
-            id="a-new-service-applies-its-three-objects-then-writes-status-and-announces-it"),
+            id="a-new-service-writes-status-then-applies-its-three-objects-and-announces-it"),
         pytest.param(
             Row(settled(engine={"gpuMemoryUtilization": 0.85}), SETTLED, applied_after(FIRST)),
-            [f"apply {DEPLOYMENT}", "status InferenceService/chat"], [], None,
+            ["status InferenceService/chat", f"apply {DEPLOYMENT}"], [], None,
             id="a-spec-change-applies-only-the-deployment-whose-rendering-changed"),
         pytest.param(
             Row(settled(), SETTLED, applied_after(FIRST)), [], [], None,
@@ -156,7 +156,7 @@ class Row:
         pytest.param(
             Row(settled(), replace(SETTLED, deployments={}, variant_deployments={}),
                 applied_after(FIRST)),
-            [f"apply {DEPLOYMENT}", "status InferenceService/chat"], None, None,
+            ["status InferenceService/chat", f"apply {DEPLOYMENT}"], None, None,
             id="a-deployment-gone-from-the-cache-is-applied-again-though-applied-lately"),
         pytest.param(
             Row(settled(), WITH_LEGACY, applied_after(FIRST)),
@@ -165,7 +165,7 @@ class Row:
         pytest.param(
             Row(settled(), SETTLED, applied_after(FIRST),
                 SLOUpdate(replicas=2, batch_limit=48, reason="LoadFell", message="m")),
-            ["patch Pod/p-1 limit=48", "patch Pod/p-2 limit=48", "status InferenceService/chat"],
+            ["status InferenceService/chat", "patch Pod/p-1 limit=48", "patch Pod/p-2 limit=48"],
             [("Normal", C.BATCH_LIMIT_CHANGED)], None,
             id="a-lower-batch-limit-patches-the-pods-and-never-the-deployment"),
         pytest.param(
@@ -203,7 +203,7 @@ class Row:
         pytest.param(
             Row(decided(), SETTLED, applied_after(FIRST),
                 slo_pass(PASS, batch_limit=48, reason=R.LIMIT_LOWERED), now=PASS),
-            ["patch Pod/p-1 limit=48", "patch Pod/p-2 limit=48", "status InferenceService/chat"],
+            ["status InferenceService/chat", "patch Pod/p-1 limit=48", "patch Pod/p-2 limit=48"],
             [("Normal", C.BATCH_LIMIT_CHANGED)], None,
             id="a-changed-decision-writes-at-once"),
         pytest.param(
@@ -260,12 +260,13 @@ def test_an_invalid_spec_plans_only_its_status_and_is_permanent() -> None:
 
 
 def test_the_writes_come_in_the_order_the_executor_must_keep() -> None:
-    """Applies first (a refusal stops everything after it), then deletes, pod patches,
-    the status and the Events."""
+    """The status (the decision) first, so an operator killed after it finishes the action
+    when it starts again; then applies (a refusal stops everything after it), deletes,
+    pod patches and the Events."""
     update = SLOUpdate(replicas=2, batch_limit=48, reason="LoadFell", message="m")
     plan = plan_reconcile(settled(), WITH_LEGACY, LATER, Settings(), AppliedCache(), update)
     kinds = [type(a).__name__ for a in plan.actions]
-    order = ["Apply", "Delete", "PatchPodLimit", "PatchStatus", "PostEvent"]
+    order = ["PatchStatus", "Apply", "Delete", "PatchPodLimit", "PostEvent"]
     assert kinds == sorted(kinds, key=order.index)
     assert set(kinds) == set(order)
 
