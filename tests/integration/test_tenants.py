@@ -4,7 +4,9 @@ A cluster-scoped Tenant binds namespaces by label; an SLOPolicy in a namespace i
 bind cannot claim it: the policy says so (``TenantBound`` False) and its service holds
 (``PolicyBound`` False, nothing applied). Labelling the namespace binds it: the operator's
 namespace watch sees the label and the service is deployed. The CRD refuses a selector the
-label-selector API would refuse, naming the field.
+label-selector API would refuse, naming the field. Where the Tenant CRD is absent (an
+upgrade that kept the older CRDs: Helm never upgrades a chart's CRDs), the operator serves
+as before Tenants existed.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ import yaml
 from slo_devtools.devenv.control_plane import LocalCluster
 from slo_operator.api.models import GROUP
 from tests.integration.operator_support import (
+    OPERATOR_NS,
+    OperatorProcess,
+    bind_role,
+    chart_cluster_role,
     chart_operator,
     conditions,
     deployments_of,
+    ensure_namespace,
     events_for,
     install_crds,
 )
@@ -89,3 +96,35 @@ def test_a_policy_claiming_a_tenant_its_namespace_is_not_bound_to_holds_until_bo
             assert "Traceback" not in op.logs()
         finally:
             cluster.kubectl("delete", "tenant", f"acme-{ns}", "--ignore-not-found")
+
+
+def test_without_the_tenant_crd_the_operator_serves_as_before(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    install_crds(cluster)
+    cluster.kubectl("delete", "crd", "tenants.inference.slo-operator.io", "--wait=true")
+    ensure_namespace(cluster, OPERATOR_NS)
+    kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, "slo-no-tenants")
+    op = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("no-tenants") / "operator.log",
+                         interval=1.0)
+    try:
+        cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
+        ns = cluster.create_namespace()
+        policy = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "SLOPolicy",
+                  "metadata": {"name": "gold", "namespace": ns}, "spec": {"tenant": "acme"}}
+        svc = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "InferenceService",
+               "metadata": {"name": "chat", "namespace": ns},
+               "spec": {"model": {"name": "org/chat", "sizeBillions": 8},
+                        "hardware": {"gpuProducts": ["H100"]}, "sloPolicyRef": {"name": "gold"}}}
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, svc]))
+        cluster.wait_for(lambda: deployments_of(cluster, ns, "chat"), timeout=60,
+                         desc="the service deployed")
+        bound = cluster.wait_for(
+            lambda: conditions(cluster.kubectl_json("get", "slopolicy", "-n", ns, "gold")).get(
+                "TenantBound"), timeout=60, desc="TenantBound on the policy")
+        assert (bound["status"], bound["reason"]) == ("True", "Unmanaged")
+        assert "Traceback" not in op.logs()
+    finally:
+        op.stop()
+        print(f"\n--- operator log ---\n{op.logs()[-3000:]}")
+        install_crds(cluster)
