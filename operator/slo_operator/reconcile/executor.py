@@ -71,20 +71,21 @@ def execute(kube: KubeWriter, plan: ReconcilePlan, applied: AppliedCache) -> Out
             except ApiRejected:
                 continue
             out.applied.append(f"{action.kind}/{action.name} deleted")
+        elif isinstance(action, PatchPodLimit):
+            kube.patch_pod(action.namespace, action.pod, live_limit_patch(action.limit))
+            applied.remember_limit(action.namespace, action.pod, action.limit, stamp)
+            out.applied.append(f"Pod/{action.pod} limit={action.limit}")
         else:
             _write(kube, action, out)
     return out
 
 
 def _write(kube: KubeWriter, action: Action, out: Outcome) -> None:
-    if isinstance(action, PatchPodLimit):
-        kube.patch_pod(action.namespace, action.pod, live_limit_patch(action.limit))
-        out.applied.append(f"Pod/{action.pod} limit={action.limit}")
-    elif isinstance(action, PatchStatus):
+    if isinstance(action, PatchStatus):
         kube.patch_status(action.kind, action.namespace, action.name, action.status)
     elif isinstance(action, PostEvent):
         kube.event(action.involved.as_body(), action.type, action.reason, action.message,
                    action.time)
         out.events.append(EventSpec(action.type, action.reason, action.message))
-    else:  # applies and deletes are the executor's own loop's
+    else:  # applies, deletes and pod patches are the executor's own loop's
         raise TypeError(f"not a follow-up write: {action!r}")

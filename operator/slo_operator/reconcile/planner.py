@@ -336,7 +336,8 @@ def plan_reconcile(
         dep = replace(dep, ready_replicas=max(0, dep.ready_replicas - gone))
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
-    patches = live_limit_patches(namespace, pods, limit)
+    patches = [p for p in live_limit_patches(namespace, pods, limit)
+               if not view.limit_sent(namespace, p.pod, limit, stamp)]
     new.variants = variant_status(plan, placed, opts, existing)
     # What each variant's pods report they run: this SLO pass's reading, else the written one.
     engine = update.engine if update is not None and update.engine is not None else {

@@ -59,6 +59,17 @@ class AppliedView(Protocol):
     def backoff(self, obj: Mapping[str, Any], now: float) -> str | None:
         """The API server's last refusal of this very object while its back-off runs."""
 
+    def limit_sent(self, namespace: str, pod: str, limit: int, now: float) -> bool:
+        """True when this very limit was patched onto the pod lately."""
+
+
+# Seconds a pod's live-limit patch is taken as sent while the watch cache has not yet
+# delivered it: a watch event arrives within a second or two on a healthy API server, and
+# a refresh that owned objects ask for can come sooner than that. Longer than a pass, so a
+# one-second pass (tests) does not send the same value twice; short enough that a limit
+# someone else changes meanwhile is re-asserted soon.
+LIMIT_ECHO_S = 30.0
+
 
 def digest(obj: Mapping[str, Any]) -> str:
     """Stable hash of a rendered object."""
@@ -80,6 +91,21 @@ class AppliedCache:
     # key -> (digest, retry not before, attempts, message) of objects the API server refused.
     rejected: dict[tuple[str, str, str], tuple[str, float, int, str]] = field(
         default_factory=dict)
+    # (namespace, pod) -> (live limit patched, when): see LIMIT_ECHO_S.
+    limits: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+
+    def limit_sent(self, namespace: str, pod: str, limit: int, now: float) -> bool:
+        """True when ``limit`` was patched onto ``pod`` less than LIMIT_ECHO_S ago."""
+        entry = self.limits.get((namespace, pod))
+        return entry is not None and entry[0] == limit and now - entry[1] < LIMIT_ECHO_S
+
+    def remember_limit(self, namespace: str, pod: str, limit: int, now: float) -> None:
+        """``limit`` was patched onto ``pod`` at ``now``; entries past the echo window are
+        dropped as new ones come (pods come and go)."""
+        self.limits[(namespace, pod)] = (limit, now)
+        if len(self.limits) > 256:
+            for key in [k for k, (_, t) in self.limits.items() if now - t >= LIMIT_ECHO_S]:
+                del self.limits[key]
 
     @staticmethod
     def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -107,3 +107,21 @@ def test_an_empty_plan_writes_nothing() -> None:
     kube = FakeKube()
     out = execute(kube, replace(plan, actions=()), AppliedCache())
     assert kube.writes == 0 and out.applied == [] and out.events == []
+
+
+def test_a_limit_just_patched_is_not_patched_again_while_the_cache_lags() -> None:
+    """The pods' cache entries still show the old limit a moment after the patch: the
+    next reconcile sends nothing; once the echo window is over (a limit someone else set
+    back, say) it is sent again."""
+    cache = AppliedCache()
+    kube = FakeKube()
+    execute(kube, plan_reconcile(settled(), SETTLED, LATER, Settings(), cache, LOWER), cache)
+    assert [n for n, _ in kube.pod_patches] == ["p-1", "p-2"]
+    again = FakeKube()
+    soon = LATER + timedelta(seconds=1)
+    execute(again, plan_reconcile(settled(), SETTLED, soon, Settings(), cache, LOWER), cache)
+    assert again.pod_patches == []
+    late = FakeKube()
+    later = LATER + timedelta(seconds=60)
+    execute(late, plan_reconcile(settled(), SETTLED, later, Settings(), cache, LOWER), cache)
+    assert [n for n, _ in late.pod_patches] == ["p-1", "p-2"]
