@@ -1,9 +1,9 @@
 """The operator killed (SIGKILL) in the middle of an action, then restarted, on the real stack.
 
 The real operator process (``slo-operator run``, one-second passes, under the chart's
-ClusterRole) reads its Prometheus query API from :class:`PromFake`, a loopback HTTP server
-that answers the pass's ten queries with what a given load would show (the rows of
-``tests.operator.reconcile.prom_fake.FakeMetrics``), so that the decisions are known in
+ClusterRole) reads its Prometheus query API from ``PromQueryFake``
+(``tests/integration/prom_query_fake.py``), a loopback HTTP server that answers the pass's
+ten queries with what a given load would show, so that the decisions are known in
 advance and do not wait for a load generator. Everything else is real: the API server,
 the controller manager, the kwok nodes and pods.
 
@@ -27,18 +27,14 @@ stabilization, and no traceback in the restarted operator's log.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +48,6 @@ from slo_operator.api.models import GROUP, VERSION
 from slo_operator.api.observe import ServiceKey
 from slo_operator.control import reasons as R
 from slo_operator.render.objects import ANNOTATION_INFLIGHT_LIMIT
-from slo_operator.slo.promql import build_queries
 from tests.integration.operator_support import (
     OPERATOR_NS,
     ROOT,
@@ -63,8 +58,9 @@ from tests.integration.operator_support import (
     install_crds,
     only_deployment,
 )
+from tests.integration.prom_query_fake import PromQueryFake
 from tests.integration.test_api_requests import request_counts
-from tests.operator.reconcile.prom_fake import FakeMetrics, Load
+from tests.operator.reconcile.prom_fake import Load
 
 pytestmark = pytest.mark.integration
 
@@ -129,54 +125,6 @@ main(prog_name="slo-operator")
 """
 
 
-class PromFake:
-    """The Prometheus query API on loopback, answering the pass's queries for one service
-    with what ``load`` would show (``FakeMetrics``); an unknown query gets HTTP 400."""
-
-    def __init__(self, namespace: str) -> None:
-        self.load = QUIET
-        self.key = ServiceKey(namespace, KEY_NAME)
-        self.names = {q.expr: q.name for q in build_queries({60.0}).queries}
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.answer(urllib.parse.urlsplit(self.path).query)
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.answer(self.rfile.read(length).decode())
-
-            def answer(self, query: str) -> None:
-                params = urllib.parse.parse_qs(query)
-                name = fake.names.get((params.get("query") or [""])[0])
-                if name is None:
-                    self.send_error(400, "unknown query")
-                    return
-                at = float((params.get("time") or ["0"])[0])
-                metrics = FakeMetrics({fake.key: fake.load}, window=WINDOW)
-                rows = asyncio.run(metrics.run({name: ""}, at))[name]
-                body = json.dumps({"status": "success", "data": {
-                    "resultType": "vector", "result": rows}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 class Operator:
     """``slo-operator run`` (through :data:`BOOTSTRAP` when ``kill`` names a point)."""
 
@@ -230,7 +178,8 @@ class Stack:
 
     def __init__(self, cluster: LocalCluster, namespace: str, tmp: Path) -> None:
         self.cluster, self.namespace, self.tmp = cluster, namespace, tmp
-        self.prom = PromFake(namespace)
+        self.key = ServiceKey(namespace, KEY_NAME)
+        self.prom = PromQueryFake({self.key: QUIET}, window=WINDOW)
         install_crds(cluster)
         ensure_namespace(cluster, OPERATOR_NS)
         self.kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS,
@@ -396,7 +345,7 @@ def test_a_kill_between_the_scale_and_its_status_write_scales_once(stack: Stack)
     replicas, generation = s.deployment()
     require(replicas == 1, f"{replicas} replicas before the overload")
 
-    s.prom.load = OVERLOAD
+    s.prom.loads[s.key] = OVERLOAD
     s.wait(first.killed, timeout=60, desc="operator killed between the two writes")
     killed_at = (s.deployment()[0], s.status()["desiredReplicas"])
     # The kill fell between the two writes: one of them says 3, the other still 1.
@@ -429,7 +378,7 @@ def test_a_restart_after_a_scale_out_keeps_the_scale_in_stabilization(stack: Sta
     first = s.start()
     s.wait(lambda: first.running() and s.running_pods() == 1 and s.decided(),
            timeout=120, desc="one replica running, decided from metrics")
-    s.prom.load = OVERLOAD
+    s.prom.loads[s.key] = OVERLOAD
 
     def scaled() -> dict[str, Any] | None:
         status = s.status()
@@ -442,7 +391,7 @@ def test_a_restart_after_a_scale_out_keeps_the_scale_in_stabilization(stack: Sta
     replicas, generation = s.deployment()
     assert replicas == 3
     # The load falls away: the law wants one replica, its stabilization holds three.
-    s.prom.load = replace(QUIET, pods=3)
+    s.prom.loads[s.key] = replace(QUIET, pods=3)
     s.wait(lambda: s.running_pods() == 3, timeout=90, desc="three replicas")
 
     second = s.start()
@@ -488,7 +437,7 @@ def kill_between_pod_patches(s: Stack) -> LimitRun:
     armed = s.tmp / "armed"
     s.apply({"scaling": {"minReplicas": 3, "maxReplicas": 3},
              "batching": {"mode": "live", "minBatch": 8, "maxBatch": 64}})
-    s.prom.load = CALM
+    s.prom.loads[s.key] = CALM
     first = s.start(kill=f"pod:{armed}")
 
     def settled() -> dict[str, Any] | None:
@@ -502,7 +451,7 @@ def kill_between_pod_patches(s: Stack) -> LimitRun:
                      desc="three pods running at the decided limit")["batchLimit"])
     watch, requests = LimitWatch(s), request_counts(s.cluster)
     armed.touch()
-    s.prom.load = KV_FULL
+    s.prom.loads[s.key] = KV_FULL
     s.wait(first.killed, timeout=60, desc="operator killed after one pod patch")
     limits = s.limits()
     new = {v for v in limits.values() if v != old}
@@ -519,7 +468,7 @@ def kill_between_pod_patches(s: Stack) -> LimitRun:
             s.limits().values()) == {decided}
 
     s.wait(patched, timeout=90, desc=f"every pod and the status at {decided}")
-    s.prom.load = CALM  # no further lowering: the limit rests for a window
+    s.prom.loads[s.key] = CALM  # no further lowering: the limit rests for a window
     start = passes(second)
     s.wait(lambda: second.running() and passes(second) >= start + SETTLE_PASSES,
            timeout=60, desc=f"{SETTLE_PASSES} passes of the restarted operator")

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import kubernetes.dynamic.exceptions
+import urllib3
 from kubernetes import client, config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -28,6 +30,7 @@ from slo_operator.api.cluster import (
     ObjKey,
     PodObs,
     Snapshot,
+    transient_status,
 )
 from slo_operator.api.conditions import epoch_seconds
 from slo_operator.api.models import GROUP, VERSION
@@ -181,6 +184,48 @@ def owner_key(body: Mapping[str, Any]) -> ObjKey | None:
     owner = (meta.get("annotations") or {}).get(ANNOTATION_SERVICE_NAME) or (
         meta.get("labels") or {}).get(LABEL_SERVICE)
     return (str(meta.get("namespace", "")), str(owner)) if owner else None
+
+
+def transient(e: BaseException) -> bool:
+    """Whether ``e`` is a refusal of the moment that the next attempt may not meet: 409,
+    429 or 5xx from the API server, or no answer at all (connection refused or dropped,
+    a timeout); logged as one line and retried, never reported as the object's fault."""
+    if isinstance(e, ApiRejected):
+        return e.transient
+    if isinstance(e, ApiException):
+        return transient_status(int(e.status or 0))
+    return isinstance(e, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError)
+
+
+def from_api(e: BaseException) -> bool:
+    """Whether ``e`` is the API server's answer (any HTTP status: a 403 right after an API
+    server restart, while its authorizer warms up, say) or its silence, rather than a bug
+    of the operator: logged as one line, never with a traceback."""
+    return transient(e) or isinstance(
+        e, ApiException | ApiRejected | kubernetes.dynamic.exceptions.DynamicApiError)
+
+
+def retry_after(e: BaseException, default: float = 5.0) -> float:
+    """Seconds to wait before retrying after ``e``: the API server's ``Retry-After`` when it
+    sent one (at most 60), else ``default``."""
+    cause: BaseException | None = e
+    headers: Any = None
+    while cause is not None and not headers:  # ApiRejected carries the client's error
+        headers = getattr(cause, "headers", None)
+        cause = cause.__cause__
+    headers = headers or {}
+    try:
+        value = float(headers.get("Retry-After", default))
+    except (TypeError, ValueError):
+        return default
+    return min(max(value, 0.5), 60.0)
+
+
+def failure_summary(e: BaseException) -> str:
+    """One line for a log: the status and reason, or the exception's name and message."""
+    if isinstance(e, ApiException):
+        return f"HTTP {e.status} {e.reason}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
 
 def api_message(e: ApiException) -> str:

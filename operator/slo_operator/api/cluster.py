@@ -117,6 +117,12 @@ class Snapshot:
         return self.pods.get((namespace, service), ())
 
 
+def transient_status(status: int) -> bool:
+    """An HTTP status worth retrying soon rather than reporting: 409 (a conflict: the
+    object changed meanwhile), 429 (throttled), any 5xx, or 0 (no answer)."""
+    return status in (0, 409, 429) or status >= 500
+
+
 class ApiRejected(Exception):
     """The API server refused a write (4xx/5xx); ``message`` is its own, naming the field."""
 
@@ -126,3 +132,8 @@ class ApiRejected(Exception):
         self.name = name
         self.status = status
         self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """A refusal of the moment (see :func:`transient_status`), not of the object."""
+        return transient_status(self.status)

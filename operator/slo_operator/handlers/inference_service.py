@@ -10,7 +10,7 @@ import kopf
 from slo_operator.adapters.kube import owner_key
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.api.observe import ServiceKey
-from slo_operator.handlers.setup import context
+from slo_operator.handlers.setup import context, retried_when_transient
 from slo_operator.reconcile.caches import pick_indexes, snapshot
 from slo_operator.reconcile.refresh import Reconciler, refresh, refresh_services
 from slo_runtime.contract import LABEL_MANAGED_BY, MANAGED_BY
@@ -29,7 +29,8 @@ async def on_change(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     # cold start's 1,000 creations, each with its own while queued for a thread, held a
     # snapshot per creation at once.
     async with ctx.creating:
-        outcome = await refresh(Reconciler.of(ctx), dict(body), snapshot(kwargs))
+        with retried_when_transient("The API server refused for now"):
+            outcome = await refresh(Reconciler.of(ctx), dict(body), snapshot(kwargs))
     if outcome.permanent_error:
         # Invalid specs wait for a spec change; retrying would only crash-loop.
         raise kopf.PermanentError(outcome.permanent_error)

@@ -25,6 +25,7 @@ from typing import Any
 
 import kopf
 
+from slo_operator.adapters.kube import failure_summary, from_api, transient
 from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.setup import PeeringGate, context, release_freed_memory
 from slo_operator.monitoring.operator_metrics import METRICS
@@ -141,7 +142,21 @@ async def run_pass(memo: kopf.Memo, kube: KubeWriter | None = None) -> int:
     tenancy = Tenancy.of(snap, r.settings.require_tenants)
     for pol in snap.policies.values():
         start = time.monotonic()
-        await reconcile_policy(r.kube, pol, now, services, tenancy)
+        try:
+            await reconcile_policy(r.kube, pol, now, services, tenancy)
+        except Exception as e:  # one policy's failed write must not stop the others
+            METRICS.reconciles.labels("SLOPolicy", "error").inc()
+            meta = pol["metadata"]
+            if transient(e):
+                log.warning("Failed to update SLOPolicy %s/%s for now (retried next pass): "
+                            "%s", meta["namespace"], meta["name"], failure_summary(e))
+            elif from_api(e):
+                log.error("Failed to update SLOPolicy %s/%s (retried next pass): %s",
+                          meta["namespace"], meta["name"], failure_summary(e))
+            else:
+                log.exception("Failed to update SLOPolicy %s/%s", meta["namespace"],
+                              meta["name"])
+            continue
         METRICS.reconciles.labels("SLOPolicy", "ok").inc()
         METRICS.reconcile_duration.labels("SLOPolicy").observe(time.monotonic() - start)
     METRICS.managed.set(len(snap.services))

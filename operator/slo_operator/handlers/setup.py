@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import os
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,14 @@ from typing import Any
 
 import kopf
 
-from slo_operator.adapters.kube import Kube, load_api_client
+from slo_operator.adapters.kube import (
+    Kube,
+    failure_summary,
+    from_api,
+    load_api_client,
+    retry_after,
+    transient,
+)
 from slo_operator.adapters.prometheus import MetricsSource, PrometheusAdapter, redact_url
 from slo_operator.api.models import GROUP
 from slo_operator.api.observe import ServiceKey
@@ -221,6 +229,32 @@ def release_freed_memory() -> bool:
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):
         return False
+
+
+# Seconds before a handler refused by the API server for good (403, 404, 422) runs again:
+# kopf's own default back-off for an arbitrary error.
+API_VERDICT_RETRY_S = 60.0
+
+
+@contextlib.contextmanager
+def retried_when_transient(what: str) -> Iterator[None]:
+    """Turn the API server's refusal in a handler into kopf's temporary error: one log line
+    instead of a traceback. A refusal of the moment (``adapters.kube.transient``: 409, 429,
+    5xx, no answer) is retried after the server's Retry-After (else 5 s), any other answer
+    after a minute; an exception that is no answer of the API server (a bug) goes on as
+    it is."""
+    try:
+        yield
+    except (kopf.TemporaryError, kopf.PermanentError):
+        raise
+    except Exception as e:
+        if transient(e):
+            raise kopf.TemporaryError(f"{what}: {failure_summary(e)}",
+                                      delay=retry_after(e)) from e
+        if from_api(e):  # a verdict (403, 404, 422): retried at kopf's pace, one line
+            raise kopf.TemporaryError(f"{what}: {failure_summary(e)}",
+                                      delay=API_VERDICT_RETRY_S) from e
+        raise
 
 
 def context(memo: Any) -> Context:

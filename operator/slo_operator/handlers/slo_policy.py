@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from slo_operator.api.models import GROUP, VERSION
-from slo_operator.handlers.setup import context
+from slo_operator.handlers.setup import context, retried_when_transient
 from slo_operator.reconcile.alert_rules import AlertRules, remove_policy, sync_policy
 from slo_operator.reconcile.caches import snapshot
 from slo_operator.reconcile.refresh import Reconciler, policy_changed, policy_removed
@@ -56,8 +56,9 @@ async def on_policy(body: kopf.Body, memo: kopf.Memo, reason: str | None = None,
     ctx = context(memo)
     ctx.ready.set()  # kopf calls handlers only once the indexes are filled
     # The body this event brought may predate the AlertRulesReady just written for it.
-    await policy_changed(Reconciler.of(ctx), alert_rules(memo).latest(body), snapshot(kwargs),
-                         decide=reason != kopf.Reason.RESUME)
+    with retried_when_transient("The API server refused for now"):
+        await policy_changed(Reconciler.of(ctx), alert_rules(memo).latest(body),
+                             snapshot(kwargs), decide=reason != kopf.Reason.RESUME)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

@@ -7,6 +7,8 @@ The only place a service's reconcile writes. Refusals are handled as they always
   applies, deletes, pod patches and Events) are dropped and the plan's :class:`Refusal`
   report (Ready False, ``ApplyFailed``, the server's message) is written over the
   planned status (which a plan writes first, ``planner.plan_reconcile``);
+- a refusal of the moment (409, 429, 5xx: ``ApiRejected.transient``) is raised: the
+  reconcile fails for now and the next pass retries it;
 - a refused delete is skipped (retried next pass; the variant keeps serving meanwhile);
 - anything else a writer raises propagates to the caller.
 """
@@ -54,7 +56,10 @@ def execute(kube: KubeWriter, plan: ReconcilePlan, applied: AppliedCache) -> Out
             try:
                 kube.apply(action.obj)
             except ApiRejected as e:
-                if plan.refusal is None:  # the planner gives every plan with applies one
+                # A refusal of the moment (throttled, a conflict, the server failing) is
+                # retried at the next pass, not reported as the object's fault nor backed
+                # off for 30 s.
+                if plan.refusal is None or e.transient:  # every plan with applies has one
                     raise
                 message = str(e)
                 delay = applied.reject(action.obj, stamp, message)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from slo_operator.adapters.kube import failure_summary, from_api, transient
 from slo_operator.adapters.prometheus import MetricsSource
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.observe import ServiceKey
@@ -313,6 +314,15 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
 def _service_failed(result: PassResult, p: _Planned, e: BaseException | None) -> None:
     _failed(e or RuntimeError("no plan"))
     result.pending += 1
+    if e is not None and transient(e):
+        # Throttled, a conflict, the API server failing or gone: the next pass retries.
+        log.warning("Failed to reconcile InferenceService %s/%s for now (retried next "
+                    "pass): %s", p.key.namespace, p.key.name, failure_summary(e))
+        return
+    if e is not None and from_api(e):  # the API server's verdict: no traceback to add
+        log.error("Failed to reconcile InferenceService %s/%s (retried next pass): %s",
+                  p.key.namespace, p.key.name, failure_summary(e))
+        return
     log.error("Failed to reconcile InferenceService %s/%s", p.key.namespace, p.key.name,
               exc_info=e)
 

@@ -39,3 +39,24 @@ def test_malloc_arenas_are_capped_unless_the_environment_sets_them(
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc's mallopt only")
     assert cap_malloc_arenas() is True
+
+
+def test_a_refusal_of_the_moment_in_a_handler_becomes_kopfs_temporary_error() -> None:
+    import kopf
+    from kubernetes.client.exceptions import ApiException
+
+    from slo_operator.api.cluster import ApiRejected
+    from slo_operator.handlers.setup import retried_when_transient
+
+    throttled = ApiException(status=429, reason="Too Many Requests")
+    throttled.headers = {"Retry-After": "2"}
+    with pytest.raises(kopf.TemporaryError) as raised, retried_when_transient("busy"):
+        raise throttled
+    assert raised.value.delay == 2.0 and "HTTP 429" in str(raised.value)
+    # Any other answer is retried after a minute, still without a traceback; a bug is
+    # raised as it is.
+    with pytest.raises(kopf.TemporaryError) as refused, retried_when_transient("busy"):
+        raise ApiRejected("Service", "chat", 422, "bad port")
+    assert refused.value.delay == 60.0
+    with pytest.raises(ValueError), retried_when_transient("busy"):
+        raise ValueError("a bug")

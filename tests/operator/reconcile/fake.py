@@ -24,12 +24,14 @@ class FakeKube:
     refuse: dict[str, str] = field(default_factory=dict)  # kind -> the API server's message
     deletes: list[tuple[str, str, str]] = field(default_factory=list)
     refuse_delete: dict[str, str] = field(default_factory=dict)  # kind -> message
+    refuse_status: int = 422  # the HTTP status of the refusals in ``refuse``
 
     def apply(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
         self.attempts.append((obj["kind"], meta["name"]))
         if obj["kind"] in self.refuse:
-            raise ApiRejected(obj["kind"], meta["name"], 422, self.refuse[obj["kind"]])
+            raise ApiRejected(obj["kind"], meta["name"], self.refuse_status,
+                              self.refuse[obj["kind"]])
         self.objects[(obj["kind"], meta["namespace"], meta["name"])] = copy.deepcopy(dict(obj))
         self.applies.append((obj["kind"], meta["name"]))
 

@@ -6,7 +6,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from slo_operator.api import conditions as C
+from slo_operator.api.cluster import ApiRejected
 from slo_operator.reconcile.actions import Apply, Delete, PatchPodLimit, describe
 from slo_operator.reconcile.executor import execute
 from slo_operator.reconcile.planner import Settings, plan_reconcile
@@ -125,3 +128,18 @@ def test_a_limit_just_patched_is_not_patched_again_while_the_cache_lags() -> Non
     later = LATER + timedelta(seconds=60)
     execute(late, plan_reconcile(settled(), SETTLED, later, Settings(), cache, LOWER), cache)
     assert [n for n, _ in late.pod_patches] == ["p-1", "p-2"]
+
+
+@pytest.mark.parametrize("status", [409, 429, 500, 503])
+def test_a_refusal_of_the_moment_is_raised_for_a_retry_not_reported_or_backed_off(
+        status: int) -> None:
+    plan = plan_reconcile(make_isvc(), SETTLED, NOW, Settings(), AppliedCache(), LOWER)
+    kube = FakeKube(refuse={"Service": "the server is busy"}, refuse_status=status)
+    cache = AppliedCache()
+    with pytest.raises(ApiRejected) as raised:
+        execute(kube, plan, cache)
+    assert raised.value.transient
+    service = next(a.obj for a in plan.actions if isinstance(a, Apply) and a.kind == "Service")
+    assert cache.backoff(service, NOW.timestamp() + 1) is None
+    assert not [e for e in kube.events if e[1] == C.APPLY_FAILED]
+    assert all(ready(s)[1] != C.APPLY_FAILED for s in kube.statuses)
