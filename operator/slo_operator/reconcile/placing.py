@@ -136,6 +136,17 @@ def variant_status(plan: ServicePlan, placed: Placement, opts: Sequence[VariantO
     return out
 
 
+def retired_event(retired: Sequence[Delete], placed: Placement) -> list[EventSpec]:
+    """One Normal Event naming the Deployments retired because no GPU pool offers their
+    variant any more (a pool's last node lost, say) and where the replicas run now."""
+    if not retired:
+        return []
+    running = ", ".join(f"{n} on {vid}" for vid, n in placed.replicas.items() if n) or "none"
+    names = ", ".join(d.name for d in retired)
+    return [EventSpec("Normal", C.PLACED, f"Retired {names}: no GPU pool offers its variant "
+                      f"any more; replicas now: {running}")]
+
+
 def placement_event(placed: Placement, old: str | None) -> list[EventSpec]:
     """One Event when the placement's explanation changes to a spill, a hold or replicas
     that fit nowhere (Warning for the last)."""

@@ -57,6 +57,7 @@ from slo_operator.reconcile.placing import (
     place_variants,
     placement_event,
     retire_variants,
+    retired_event,
     variant_status,
 )
 from slo_operator.reconcile.ports import ApiDiscovery, AppliedCache, AppliedView
@@ -325,7 +326,8 @@ def plan_reconcile(
                                  refusal=refusal if applies else None)
         applies.append(Apply(obj))
 
-    deletes = [*retire_variants(snap, namespace, name, plan, placed), *pool.deletes]
+    retired = retire_variants(snap, namespace, name, plan, placed)
+    deletes = [*retired, *pool.deletes]
     conds += [pool.cond] if pool.cond is not None else []
     dep = snap.deployment(namespace, name)
     pods = snap.pods_of(namespace, name)
@@ -345,7 +347,8 @@ def plan_reconcile(
     new.variants = [v.model_copy(update={"engine_observed": engine.get(v.name)})
                     for v in new.variants]
     new.placement = "; ".join(placed.reasons) or None
-    announce = placement_event(placed, old_status.placement)
+    announce = [*placement_event(placed, old_status.placement),
+                *retired_event(retired, placed)]
     new.desired_replicas = replicas
     new.replicas = dep.replicas if dep else 0
     new.ready_replicas = dep.ready_replicas if dep else 0

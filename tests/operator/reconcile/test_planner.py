@@ -160,8 +160,8 @@ class Row:
             id="a-deployment-gone-from-the-cache-is-applied-again-though-applied-lately"),
         pytest.param(
             Row(settled(), WITH_LEGACY, applied_after(FIRST)),
-            ["delete Deployment/chat-vllm"], [], None,
-            id="a-variant-no-pool-offers-is-deleted-once-the-others-are-ready"),
+            ["delete Deployment/chat-vllm"], [("Normal", C.PLACED)], None,
+            id="a-variant-no-pool-offers-is-deleted-once-the-others-are-ready-and-said-so"),
         pytest.param(
             Row(settled(), SETTLED, applied_after(FIRST),
                 SLOUpdate(replicas=2, batch_limit=48, reason="LoadFell", message="m")),
@@ -546,3 +546,10 @@ def test_the_slo_pass_keeps_the_budget_beside_the_laws_memory() -> None:
     assert set(control) == {"state", "slo", MEMORY_KEY}
     assert control[MEMORY_KEY] == first.status["control"][MEMORY_KEY]
     assert chunk_events(plan) == []
+
+
+def test_a_retired_variant_is_announced_naming_where_the_replicas_run(golden: Any) -> None:
+    plan = plan_reconcile(settled(), WITH_LEGACY, LATER, Settings(), applied_after(FIRST))
+    retired = [a for a in plan.actions if isinstance(a, PostEvent) and a.reason == C.PLACED]
+    assert len(retired) == 1 and retired[0].type == "Normal"
+    golden.check("placement", "variant-retired", retired[0].message)
