@@ -17,6 +17,7 @@ replace the planned ones.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -332,9 +333,12 @@ def plan_reconcile(
     dep = snap.deployment(namespace, name)
     pods = snap.pods_of(namespace, name)
     nodes = {n.name for n in snap.nodes}
-    gone = sum(1 for p in pods if p.ready and lost(p, nodes))
+    # A Deployment counts the Ready pods of a lost node until they are collected; pods of
+    # a variant whose Deployment is gone (retired) are counted by none.
+    lost_ready = Counter(p.variant for p in pods if p.ready and lost(p, nodes))
+    gone = sum(min(n, existing[v].ready_replicas) for v, n in lost_ready.items()
+               if v in existing)
     if dep is not None and gone:
-        # A Deployment counts the Ready pods of a lost node until they are collected.
         dep = replace(dep, ready_replicas=max(0, dep.ready_replicas - gone))
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)

@@ -250,3 +250,16 @@ def test_a_ready_pod_of_a_lost_node_is_not_counted_ready() -> None:
     assert conds(outcome.status)[C.READY] == ("False", C.NOT_READY)
     _, whole = run(body, make_snapshot(dep=READY_DEP, pods=RUNNING))
     assert conds(whole.status)[C.READY][0] == "True"
+
+
+def test_lost_pods_of_a_retired_variant_take_nothing_from_the_ready_count() -> None:
+    """The retired variant's Deployment is gone, its pods on the lost node not collected
+    yet: they are counted by no Deployment, so nothing is taken off the Ready count."""
+    snap = make_snapshot(dep=READY_DEP, pods=RUNNING)
+    key = (NS, "chat")
+    orphans = tuple(replace(p, name=f"old-{p.name}", variant="h200-sxm-141gb",
+                            node="h200-gone") for p in snap.pods[key])
+    snap = replace(snap, pods={key: (*snap.pods[key], *orphans)})
+    _, outcome = run(make_isvc(status={"desiredReplicas": 2}), snap)
+    assert outcome.status["readyReplicas"] == 2
+    assert conds(outcome.status)[C.READY][0] == "True"
