@@ -25,12 +25,12 @@ from slo_devtools.devenv.control_plane import LocalCluster
 from slo_operator.api.models import GROUP
 from slo_operator.api.observe import ServiceKey
 from tests.integration.operator_support import (
-    OperatorProcess,
     chart_operator,
     deployments_of,
     only_deployment,
 )
 from tests.integration.prom_query_fake import PromQueryFake
+from tests.integration.test_api_requests import passes
 from tests.operator.reconcile.prom_fake import Load
 
 pytestmark = pytest.mark.integration
@@ -50,11 +50,6 @@ def _docs(chat_max: int) -> list[dict[str, Any]]:
                           "replicas": {"max": chat_max if name == "chat" else 3},
                           "sloPolicyRef": {"name": "gold"}}} for name in ("chat", "other")]
     return [policy, *services]
-
-
-def passes(op: OperatorProcess) -> int:
-    found = re.findall(r"Finished periodic pass (\d+):", op.logs())
-    return int(found[-1]) if found else 0
 
 
 @pytest.fixture
