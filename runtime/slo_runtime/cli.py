@@ -107,7 +107,7 @@ def serve_app(app_factory, host: str, port: int) -> None:  # type: ignore[no-unt
     import asyncio
     import gc
 
-    from slo_runtime.gateway import start_site
+    from slo_runtime.proxy import start_site
 
     async def _main() -> None:
         app = app_factory()

@@ -27,7 +27,6 @@ from typing import Any, Literal
 import aiohttp
 import yaml
 from aiohttp import web
-from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -37,6 +36,16 @@ from pydantic import BaseModel, Field
 from slo_runtime import contract
 from slo_runtime.admission import DEFAULT_MAX_QUEUE, FairAdmission, QueueFull
 from slo_runtime.limitwatch import parse_limit, watch_limit_file
+from slo_runtime.proxy import (
+    CLIENT_GONE,
+    DEFAULT_MAX_BODY_BYTES,
+    UPSTREAM_ERRORS,
+    error_response,
+    new_session,
+    respond,
+    send_upstream,
+)
+from slo_runtime.proxy import start_site as start_site  # re-exported for existing callers
 
 log = logging.getLogger("slo_runtime.gateway")
 
@@ -50,9 +59,7 @@ log = logging.getLogger("slo_runtime.gateway")
 PICKER_METRICS_PATH = "/picker/metrics"
 PICKER_QUEUE_METRIC = "slo_gateway_total_queued_requests"
 
-HOP_BY_HOP = frozenset(h.lower() for h in (
-    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
-    "Trailer", "Trailers", "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+
 # --- configuration -----------------------------------------------------------------------
 class TenantSpec(BaseModel):
     weight: float = Field(1.0, gt=0)
@@ -81,7 +88,7 @@ class GatewayConfig:
     default_limit: int = 256
     limit_file: str | None = None
     poll_interval_s: float = 0.5
-    max_body_bytes: int = 4 * 2**20
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     tenant_header: str = "X-Tenant"
     tenants: TenantsConfig = field(default_factory=TenantsConfig)
     max_queue_per_tenant: int = DEFAULT_MAX_QUEUE
@@ -152,11 +159,6 @@ class GatewayMetrics:
         return c
 
 
-def _error(status: int, message: str, typ: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": typ, "param": None,
-                                        "code": status}}, status=status)
-
-
 # --- the gateway ---------------------------------------------------------------------------------
 class Gateway:
     def __init__(self, cfg: GatewayConfig):
@@ -191,10 +193,7 @@ class Gateway:
     # lifecycle
     async def _startup(self, app: web.Application) -> None:
         # No pool limit: the admission limit is the only cap on upstream concurrency.
-        conn = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        self.session = aiohttp.ClientSession(
-            connector=conn, auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        self.session = new_session()
         if self.cfg.limit_file:
             # Read once before serving, so the first requests already obey the file.
             try:
@@ -237,10 +236,11 @@ class Gateway:
         try:
             async with self.session.get(self.cfg.upstream + "/metrics") as up:
                 if up.status != 200:
-                    return _error(502, f"engine /metrics answered {up.status}", "BadGateway")
+                    return error_response(502, f"engine /metrics answered {up.status}",
+                                          "BadGateway")
                 text = await up.text()
         except (aiohttp.ClientError, OSError) as e:
-            return _error(502, f"engine /metrics unreachable: {e}", "BadGateway")
+            return error_response(502, f"engine /metrics unreachable: {e}", "BadGateway")
         total = engine_waiting(text) + self.admission.queued()
         return web.Response(body=text.encode() + picker_queue_text(total),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -313,7 +313,7 @@ class Gateway:
                 typ: str = "BadRequestError") -> web.Response:
         self.metrics.child("rejections", tenant, reason).inc()
         self.metrics.child("requests", tenant, str(status)).inc()
-        return _error(status, message, typ)
+        return error_response(status, message, typ)
 
     async def _forward(self, request: web.Request, body: bytes, tenant: str, arrival: float,
                        stream: bool, observe: bool = False) -> web.StreamResponse:
@@ -321,59 +321,28 @@ class Gateway:
         inference requests: probes and metric scrapes would skew the latency SLIs)."""
         assert self.session is not None
         loop = asyncio.get_running_loop()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        url = self.cfg.upstream + request.rel_url.raw_path_qs
         try:
-            up = await self.session.request(request.method, url, data=body or None,
-                                            headers=headers, allow_redirects=False)
+            up = await send_upstream(self.session, request, self.cfg.upstream, body)
         except asyncio.CancelledError:
             self.metrics.child("cancelled", tenant).inc()
             raise
-        except (aiohttp.ClientError, OSError) as e:
+        except UPSTREAM_ERRORS as e:
             return self._reject(tenant, 502, "upstream_error", f"upstream unreachable: {e}",
                                 "BadGateway")
-        headers_out = [(k, v) for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP]
+
+        def first_chunk() -> None:
+            self.metrics.child("ttft", tenant).observe(loop.time() - arrival)
+
         try:
-            if stream or up.content_length is None or up.content_length > 2**20:
-                resp = await self._relay(request, up, headers_out, tenant, arrival, stream)
-            else:
-                # A whole body of known length: one write instead of headers and body apart.
-                body_out = await up.read()
-                resp = web.Response(body=body_out, status=up.status, reason=up.reason,
-                                    headers=CIMultiDict(headers_out))
-        except (asyncio.CancelledError, ConnectionError, aiohttp.ClientConnectionResetError):
-            # The client went away: close the upstream connection so the engine aborts
-            # the sequence instead of generating into the void.
-            up.close()
+            resp = await respond(request, up, stream=stream,
+                                 on_first_chunk=first_chunk if stream else None)
+        except CLIENT_GONE:
+            # respond closed the upstream connection: the engine aborts the sequence.
             self.metrics.child("cancelled", tenant).inc()
             raise
-        except aiohttp.ClientPayloadError:
-            up.close()
-            raise
-        else:
-            up.release()
         if observe:
             self.metrics.child("e2e", tenant).observe(loop.time() - arrival)
             self.metrics.child("requests", tenant, str(up.status)).inc()
-        return resp
-
-    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse,
-                     headers_out: list[tuple[str, str]], tenant: str, arrival: float,
-                     stream: bool) -> web.StreamResponse:
-        """Copy the body chunk by chunk as it arrives (server-sent events, chunked)."""
-        loop = asyncio.get_running_loop()
-        resp = web.StreamResponse(status=up.status, reason=up.reason,
-                                  headers=CIMultiDict(headers_out))
-        if up.content_length is not None:
-            resp.content_length = up.content_length
-        await resp.prepare(request)
-        first = True
-        async for chunk in up.content.iter_any():
-            if first and stream:
-                self.metrics.child("ttft", tenant).observe(loop.time() - arrival)
-            first = False
-            await resp.write(chunk)
-        await resp.write_eof()
         return resp
 
 
@@ -471,18 +440,3 @@ class EngineInfoExport:
                 log.warning("Ignored engine info file %s: %s", self.path, e)
                 self._text = b""
         return self._text
-
-
-async def start_site(app: web.Application, host: str, port: int
-                     ) -> tuple[web.AppRunner, int]:
-    """Start ``app`` on host:port (0 = any free port); returns the runner and the port.
-
-    ``handler_cancellation`` makes aiohttp cancel a handler whose client disconnected,
-    which is how a departed client's request gets cancelled upstream.
-    """
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    return runner, sock.getsockname()[1]

@@ -9,7 +9,8 @@ from typing import Any
 from aiohttp import web
 
 from slo_devtools.replica.server import LinearSteps, Replica
-from slo_runtime.gateway import Gateway, GatewayConfig, start_site
+from slo_runtime.gateway import Gateway, GatewayConfig
+from slo_runtime.proxy import start_site
 from tests.support.paths import FIXTURES, REPO
 
 FIXTURES_VLLM = FIXTURES / "vllm"
