@@ -15,6 +15,11 @@ import click
 import yaml
 from pydantic import ValidationError
 
+from slo_operator.api.activation import (
+    ACTIVATOR_PORT,
+    DEFAULT_QUEUE_PER_SERVICE,
+    DEFAULT_WAKE_TIMEOUT_S,
+)
 from slo_operator.api.crd import all_crds, crd_yaml
 from slo_operator.api.errors import field_problems
 from slo_operator.api.models import InferenceServiceSpec, SLOPolicySpec
@@ -431,6 +436,45 @@ def run(**options: Any) -> None:
         liveness_endpoint=settings.liveness or None,
         memo=kopf.Memo(config=settings),
     )
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=ACTIVATOR_PORT,
+              show_default=True, envvar="SLO_ACTIVATOR_PORT",
+              help="Port the activator serves on (the InferenceServices' requests, "
+                   "/metrics, /healthz, /readyz).")
+@click.option("--host", default="0.0.0.0", show_default=True, envvar="SLO_ACTIVATOR_HOST",
+              help="Address to listen on.")
+@click.option("--queue-per-service", type=click.IntRange(min=1),
+              default=DEFAULT_QUEUE_PER_SERVICE, show_default=True,
+              envvar="SLO_ACTIVATOR_QUEUE_PER_SERVICE",
+              help="Requests held per service while it has no Ready replica; more are "
+                   "answered 429 with Retry-After.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_WAKE_TIMEOUT_S,
+              show_default=True, envvar="SLO_ACTIVATOR_TIMEOUT",
+              help="Seconds a service has, from its first held request, to get a Ready "
+                   "replica; then its held requests are answered 504.")
+@click.option("--kubeconfig", envvar="SLO_KUBECONFIG", help="Kubeconfig (default: in-cluster).")
+@click.option("--pod-name", envvar="POD_NAME", default="", show_default=False,
+              help="This pod's name, recorded in the wake annotation (the chart sets POD_NAME "
+                   "from the downward API).")
+def activator(port: int, host: str, queue_per_service: int, timeout: float,
+              kubeconfig: str | None, pod_name: str) -> None:
+    """Run the activator: hold the requests of a service scaled to zero, wake it, forward
+    them once a replica is Ready (docs/activator.md)."""
+    import asyncio
+
+    from slo_operator.activator.app import ActivatorConfig
+    from slo_operator.activator.serve import serve
+    from slo_operator.adapters.kube import load_api_client
+
+    config = ActivatorConfig(queue_per_service=queue_per_service, timeout_s=timeout,
+                             pod_name=pod_name)
+    try:
+        api = load_api_client(kubeconfig)
+    except Exception as err:  # no kubeconfig, a broken one: one line, no traceback
+        raise InputError(f"cannot load the Kubernetes configuration: {err}") from err
+    asyncio.run(serve(api, config, host, port))
 
 
 if __name__ == "__main__":
