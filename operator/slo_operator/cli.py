@@ -440,24 +440,26 @@ def run(**options: Any) -> None:
 
 @main.command()
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=ACTIVATOR_PORT,
-              show_default=True, envvar="SLO_ACTIVATOR_PORT",
+              show_default=True, envvar="SLO_ACTIVATOR_PORT", show_envvar=True,
               help="Port the activator serves on (the InferenceServices' requests, "
                    "/metrics, /healthz, /readyz).")
 @click.option("--host", default="0.0.0.0", show_default=True, envvar="SLO_ACTIVATOR_HOST",
+              show_envvar=True,
               help="Address to listen on.")
 @click.option("--queue-per-service", type=click.IntRange(min=1),
               default=DEFAULT_QUEUE_PER_SERVICE, show_default=True,
-              envvar="SLO_ACTIVATOR_QUEUE_PER_SERVICE",
+              envvar="SLO_ACTIVATOR_QUEUE_PER_SERVICE", show_envvar=True,
               help="Requests held per service while it has no Ready replica; more are "
                    "answered 429 with Retry-After.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_WAKE_TIMEOUT_S,
-              show_default=True, envvar="SLO_ACTIVATOR_TIMEOUT",
+              show_default=True, envvar="SLO_ACTIVATOR_TIMEOUT", show_envvar=True,
               help="Seconds a service has, from its first held request, to get a Ready "
                    "replica; then its held requests are answered 504.")
-@click.option("--kubeconfig", envvar="SLO_KUBECONFIG", help="Kubeconfig (default: in-cluster).")
-@click.option("--pod-name", envvar="POD_NAME", default="", show_default=False,
-              help="This pod's name, recorded in the wake annotation (the chart sets POD_NAME "
-                   "from the downward API).")
+@click.option("--kubeconfig", envvar="SLO_KUBECONFIG", show_envvar=True,
+              help="Kubeconfig (default: in-cluster).")
+@click.option("--pod-name", envvar="POD_NAME", default="", show_envvar=True,
+              help="This pod's name, recorded in the wake annotation (from the downward API: "
+                   "metadata.name).")
 def activator(port: int, host: str, queue_per_service: int, timeout: float,
               kubeconfig: str | None, pod_name: str) -> None:
     """Run the activator: hold the requests of a service scaled to zero, wake it, forward

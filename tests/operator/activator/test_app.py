@@ -62,7 +62,7 @@ class Clock:
         return self.t
 
 
-def upstream_app(release: asyncio.Event) -> web.Application:
+def upstream_app(release: asyncio.Event, cancelled: asyncio.Event) -> web.Application:
     async def completions(request: web.Request) -> web.Response:
         return web.json_response({"from": "upstream", "path": request.path_qs,
                                   "body": (await request.read()).decode()})
@@ -71,7 +71,11 @@ def upstream_app(release: asyncio.Event) -> web.Application:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(b"data: first\n\n")
-        await release.wait()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            cancelled.set()  # the activator closed the connection: the engine aborts
+            raise
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -90,6 +94,7 @@ class Stack:
         self.waker = FakeWaker()
         self.clock = Clock()
         self.release = asyncio.Event()
+        self.upstream_cancelled = asyncio.Event()
         self.runners: list[web.AppRunner] = []
         self.upstream = ""
         self.url = ""
@@ -97,7 +102,8 @@ class Stack:
         self.client = aiohttp.ClientSession()
 
     async def start(self, synced: bool = True, **config: Any) -> Stack:
-        runner, port = await start_site(upstream_app(self.release), "127.0.0.1", 0)
+        upstream = upstream_app(self.release, self.upstream_cancelled)
+        runner, port = await start_site(upstream, "127.0.0.1", 0)
         self.runners.append(runner)
         self.upstream = f"http://127.0.0.1:{port}"
         self.table.set_service(ServiceRoute(NS, SVC, NAME, CLUSTER_IP))
@@ -275,6 +281,27 @@ async def test_streamed_chunks_arrive_before_the_upstream_finishes(stack: Stack)
     first, rest = await req
     assert first == b"data: first\n\n"
     assert rest == b"data: [DONE]\n\n"
+
+
+async def test_client_that_leaves_during_forwarding_cancels_the_upstream(
+        stack: Stack) -> None:
+    await stack.start()
+
+    async def leave_after_the_first_chunk() -> bytes:
+        async with stack.client.post(stack.url + "/v1/stream", data=b"{}",
+                                     headers={"Host": HOST}) as r:
+            first = await r.content.readany()
+            r.close()  # the client goes away mid-stream
+            return first
+
+    req = asyncio.create_task(leave_after_the_first_chunk())
+    await stack.wait_held(1)
+    stack.ready()
+    assert await req == b"data: first\n\n"
+    await asyncio.wait_for(stack.upstream_cancelled.wait(), timeout=10)
+    await wait_until(lambda: stack.activator is not None and not stack.activator.holds)
+    m = await stack.metrics()
+    assert m[("slo_activator_abandoned_requests_total", _labels())] == 1
 
 
 async def test_client_that_leaves_while_held_leaves_the_queue(stack: Stack) -> None:
