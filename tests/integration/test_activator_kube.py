@@ -11,8 +11,8 @@ import kubernetes.client
 import pytest
 
 from slo_devtools.devenv.control_plane import LocalCluster
+from slo_operator.activator.apiserver import SLICE_SELECTOR, KubeRoutes, KubeWaker
 from slo_operator.activator.app import NotFound
-from slo_operator.activator.kube import SLICE_SELECTOR, KubeRoutes, KubeWaker
 from slo_operator.api.activation import (
     ANNOTATION_WAKE,
     LABEL_SERVICE_NAME,

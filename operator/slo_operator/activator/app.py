@@ -18,7 +18,7 @@ request for an InferenceService that is at zero or starting. Per service:
 - the InferenceService is deleted meanwhile: 404 to each waiting request at once.
 
 Cluster knowledge comes through :class:`Routes` and the annotation write through
-:class:`Waker` (``slo_operator.activator.kube`` on the API server; fakes in tests).
+:class:`Waker` (``slo_operator.activator.apiserver`` on the API server; fakes in tests).
 """
 
 from __future__ import annotations

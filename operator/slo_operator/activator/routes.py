@@ -1,7 +1,7 @@
 """What the activator knows of the cluster: the InferenceServices' Kubernetes Services
 (name, ClusterIP) and the Ready pod endpoints of each, kept on the event loop.
 
-:class:`RouteTable` is fed by whoever watches the cluster (``activator.kube``) or by a test,
+:class:`RouteTable` is fed by whoever watches the cluster (``activator.apiserver``) or by a test,
 always on the event loop's thread; it answers the activator's questions without I/O.
 """
 

@@ -9,8 +9,8 @@ import signal
 
 from kubernetes.client import ApiClient
 
+from slo_operator.activator.apiserver import KubeRoutes, KubeWaker
 from slo_operator.activator.app import Activator, ActivatorConfig
-from slo_operator.activator.kube import KubeRoutes, KubeWaker
 from slo_runtime.proxy import start_site
 
 log = logging.getLogger(__name__)

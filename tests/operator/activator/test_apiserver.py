@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slo_operator.activator.kube import default_address, service_route, slice_entry
+from slo_operator.activator.apiserver import default_address, service_route, slice_entry
 from slo_operator.activator.routes import ServiceRoute
 from slo_operator.api.activation import LABEL_SERVICE_NAME
 from slo_operator.render.names import ANNOTATION_SERVICE_NAME
