@@ -403,6 +403,7 @@ def _label_pair(item: str) -> bool:
 @_setting("manage_alert_rules", is_flag=True)
 @_setting("alert_rule_labels", multiple=True)
 @_setting("require_tenants", is_flag=True)
+@_setting("activator_service")
 def run(**options: Any) -> None:
     """Run the operator (kopf) against the current cluster."""
     import kopf

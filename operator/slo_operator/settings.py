@@ -8,6 +8,7 @@ builds its options from and docs/install.md lists.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
@@ -60,6 +61,15 @@ class OperatorSettings:
     manage_alert_rules: bool = False
     alert_rule_labels: tuple[str, ...] = ()
     require_tenants: bool = False
+    activator_service: str | None = None
+
+    @property
+    def activator(self) -> tuple[str, str] | None:
+        """``--activator-service NAMESPACE/NAME`` as (namespace, name)."""
+        if not self.activator_service:
+            return None
+        ns, _, name = self.activator_service.partition("/")
+        return ns, name
 
     @property
     def alert_labels(self) -> dict[str, str]:
@@ -86,6 +96,13 @@ class OperatorSettings:
                 raise ValueError(f"{_flag(name)} must be positive, got {getattr(self, name)}")
         if self.workers < 1:
             raise ValueError(f"{_flag('workers')} must be at least 1, got {self.workers}")
+        if self.activator_service:
+            ns, sep, name = self.activator_service.partition("/")
+            if not sep or not _dns_label(ns) or not _dns_label(name):
+                raise ValueError(
+                    f"{_flag('activator_service')} must be NAMESPACE/NAME of the activator's "
+                    f"Service (e.g. slo-operator/slo-operator-activator), got "
+                    f"{self.activator_service!r}")
         for item in self.alert_rule_labels:
             if "=" not in item:
                 raise ValueError(
@@ -133,6 +150,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("require_tenants", "--require-tenants", "SLO_REQUIRE_TENANTS",
            "Serve only namespaces a Tenant object binds: elsewhere SLOPolicies are refused "
            "(TenantBound False) and their services hold (docs/reliability.md)."),
+    Option("activator_service", "--activator-service", "SLO_ACTIVATOR_SERVICE",
+           "NAMESPACE/NAME of the activator's Service: services whose policy sets "
+           "scaling.scaleToZero go to zero when idle and are routed to it "
+           "(docs/scale-to-zero.md); default: none, no service goes to zero."),
 )
 
 
@@ -143,3 +164,7 @@ def option(name: str) -> Option:
 
 def _flag(name: str) -> str:
     return option(name).flag
+
+
+def _dns_label(value: str) -> bool:
+    return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value)) and len(value) <= 63

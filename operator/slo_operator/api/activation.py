@@ -32,6 +32,10 @@ LABEL_SERVICE_NAME = "kubernetes.io/service-name"
 LABEL_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 SLICE_MANAGED_BY = f"activator.{GROUP}"
 ENDPOINT_CONTROLLER = "endpointslice-controller.k8s.io"
+# The label the chart puts on the activator's Service (the endpoint controller copies a
+# Service's labels onto its EndpointSlices, so the operator watches only those).
+LABEL_COMPONENT = f"{GROUP}/component"
+COMPONENT_ACTIVATOR = "activator"
 # The activator's serving port: its Service's port name and the default number.
 ACTIVATOR_PORT_NAME = "http"
 ACTIVATOR_PORT = 8012
@@ -43,6 +47,38 @@ DEFAULT_QUEUE_PER_SERVICE = 100
 DEFAULT_WAKE_TIMEOUT_S = 300.0
 # Seconds a client is told to wait before retrying when the queue is full (Retry-After).
 RETRY_AFTER_S = 5
+
+
+@dataclass(frozen=True)
+class ActivatorEndpoints:
+    """The activator's Ready pods as its Service's EndpointSlices list them."""
+
+    addresses: tuple[str, ...] = ()
+    port: int = ACTIVATOR_PORT
+    address_type: str = "IPv4"
+
+
+def activator_slice_endpoints(body: Any) -> ActivatorEndpoints | None:
+    """The Ready addresses and the :data:`ACTIVATOR_PORT_NAME` port of one EndpointSlice
+    of the activator's Service (a plain dict as the API server returns it); None when it
+    lists no such port."""
+    if not isinstance(body, dict):
+        return None
+    port = next((p.get("port") for p in body.get("ports") or ()
+                 if isinstance(p, dict) and p.get("name") == ACTIVATOR_PORT_NAME
+                 and isinstance(p.get("port"), int)), None)
+    if port is None:
+        return None
+    addresses = []
+    for ep in body.get("endpoints") or ():
+        if not isinstance(ep, dict):
+            continue
+        cond = ep.get("conditions") or {}
+        if cond.get("ready") is False:  # unset means ready (the API's own rule)
+            continue
+        addresses += [a for a in ep.get("addresses") or () if isinstance(a, str)]
+    return ActivatorEndpoints(tuple(sorted(set(addresses))), int(port),
+                              str(body.get("addressType") or "IPv4"))
 
 
 @dataclass(frozen=True)

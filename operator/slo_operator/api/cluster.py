@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slo_operator.api.activation import ActivatorEndpoints
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -99,6 +101,11 @@ class Snapshot:
     # (reconcile.tenancy).
     tenants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Scale to zero: the activator's Ready endpoints by its Service (namespace, name), and
+    # the operator's route slices (the EndpointSlice sending a service to the activator)
+    # by (namespace, InferenceService name).
+    activators: Mapping[ObjKey, ActivatorEndpoints] = field(default_factory=dict)
+    routes: Mapping[ObjKey, str] = field(default_factory=dict)
 
     def policy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The SLOPolicy body, or None when it does not exist."""

@@ -100,15 +100,24 @@ TENANT_INVALID = "TenantInvalid"  # False: the named Tenant fails validation
 # PolicyBound=False, Ready=False on a service whose policy is refused its tenant.
 POLICY_TENANT_REFUSED = "PolicyTenantRefused"
 
+# Scale to zero (the policy's scaling.scaleToZero; docs/scale-to-zero.md).
+AWAKE = "Awake"
+AWAKE_SERVING = "Serving"  # True: replicas serve; the service goes to zero when idle
+WOKEN = "Woken"  # True: woken from zero by a request; the message says how long it waited
+WAKING = "Waking"  # False: a request held by the activator woke it; no replica Ready yet
+WAKE_TIMED_OUT = "WakeTimedOut"  # False: the activator answered 504: no replica in time
+NO_ACTIVATOR = "NoActivator"  # True: no activator configured: never goes to zero
+# Awake=False with reason ScaledToZero: zero replicas, the Service routes to the activator.
+
 WARN_WHEN_FALSE = frozenset(
     {READY, SPEC_VALID, POLICY_BOUND, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE,
      TENANT_BOUND}
 )
 WARN_WHEN_TRUE = frozenset({SCALING_LIMITED, ENGINE_MISMATCH})
-WARNING_REASONS = frozenset({UNKNOWN_GPU, CRD_MISSING})
+WARNING_REASONS = frozenset({UNKNOWN_GPU, CRD_MISSING, WAKE_TIMED_OUT, NO_ACTIVATOR})
 NORMAL_EVENT_TYPES = frozenset(
     {READY, HARDWARE_RESOLVED, SLO_COMPLIANT, METRICS_AVAILABLE, SCALING_LIMITED,
-     INFERENCE_POOL_READY}
+     INFERENCE_POOL_READY, AWAKE}
 )
 
 

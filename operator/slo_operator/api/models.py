@@ -197,9 +197,16 @@ class Scaling(_Model):
     max_scale_down_step: Annotated[int, Field(ge=1, le=1000)] = Field(
         default=1, description="Most replicas removed in one decision; default 1."
     )
-    scale_to_zero: bool = Field(default=False,
-    description="Allow zero replicas when idle (cold start on the next request); default "
-        "false.")
+    scale_to_zero: bool = Field(
+        default=False,
+        description="Scale to zero replicas after idleBeforeZero without requests; the "
+        "activator holds the next request and wakes the service (a cold start); default false.")
+    idle_before_zero: str | None = Field(
+        default=None,
+        pattern=DURATION_PATTERN,
+        description="With scaleToZero: how long the service must see no request (none "
+        "arriving, running or finishing over the policy window) before it goes to zero, as "
+        "a duration; default the longer of window and scaleDownStabilization.")
 
     @model_validator(mode="after")
     def _bounds(self) -> Scaling:
@@ -972,6 +979,30 @@ class VariantStatus(_Status):
         "absent while none reports.")
 
 
+class ScaleToZeroStatus(_Status):
+    """Scale to zero (the policy's scaling.scaleToZero): when the service went to zero and
+    its last wake, as the activator recorded it (times RFC 3339)."""
+
+    zero_since: str | None = Field(
+        default=None, description="When the service went to zero replicas; absent while awake.")
+    routed_to_activator: bool = Field(
+        default=False, description="Whether the service's Service routes to the activator "
+        "(it has no Ready replica).")
+    last_wake_requested: str | None = Field(
+        default=None, description="When the first request of the last wake reached the "
+        "activator.")
+    last_wake_requests: int | None = Field(
+        default=None, description="Requests the activator held for the last wake (count).")
+    last_wake_wait_seconds: float | None = Field(
+        default=None, description="How long the first request of the last wake waited for a "
+        "replica (seconds): the cold start a client saw.")
+    last_wake_timed_out: str | None = Field(
+        default=None, description="When the activator gave up on the last wake's requests "
+        "(504); absent when it did not.")
+    cold_starts: int = Field(
+        default=0, description="Wakes from zero served since the service was created (count).")
+
+
 class InferenceServiceStatus(_Status):
     """Written by slo-operator only: replicas, hardware, effective engine arguments, observed
     latency, SLO state, decisions and conditions.
@@ -1029,10 +1060,13 @@ class InferenceServiceStatus(_Status):
     last_decisions: list[DecisionRecord] = Field(
         default_factory=list, description="The most recent decisions, newest last."
     )
+    scale_to_zero: ScaleToZeroStatus | None = Field(
+        default=None, description="Scale to zero and wakes; absent unless the policy allows "
+        "scale to zero.")
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Progressing, SpecValid, PolicyBound, HardwareResolved, "
-        "SLOCompliant, MetricsAvailable, ScalingLimited.",
+        "SLOCompliant, MetricsAvailable, ScalingLimited, Awake.",
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slo_operator.api.activation import Wake
+
 
 class MetricsState(StrEnum):
     """How trustworthy one service's signals are in this cycle (typed, never an exception)."""
@@ -103,3 +105,5 @@ class Observation:
     # Share of the SLO period's error budget left (slo.evaluate.report, from the windows
     # written before this cycle); None before any window was judged.
     error_budget_left: float | None = None
+    # The activator's last wake of this service (``api.activation``), None when none.
+    wake: Wake | None = None

@@ -212,6 +212,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     """Replicas and batch limit for one service in one cycle (pure)."""
     sig = obs.signals
     cur = max(0, obs.replicas.desired)
+    if policy.scale_to_zero and cur == 0:
+        return at_zero(obs, policy, state, now)
     invalid = _invalid(sig)
     if invalid is not None:
         if sig.state == MetricsState.EMPTY and obs.replicas.ready == 0:
@@ -280,6 +282,9 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     target = norm.target
     reason = _reason(target, cur, norm.recommendation, need.replicas, idle, err, norm.held,
                      in_flight, move.reason, obs.batch_limit, move.limit)
+    idle_since = (state.idle_since if state.idle_since is not None else now) if idle else None
+    if to_zero(policy, idle_since, now, miss, in_flight):
+        return _go_to_zero(obs, policy, state, now, idle_since or now, move.limit)
     explanation = Explanation(model=model, demand=demand, need=need, scale_in=scale_in,
                               replicas_from=cur, replicas_to=target,
                               limit_from=obs.batch_limit, limit_to=move.limit,
@@ -309,6 +314,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         cached_share=model.cached,
         last_waiting=waiting,
         last_time=now,
+        idle_since=idle_since,
     )
     return Decision(
         valid=True, replicas=target, batch_limit=move.limit, reason=reason,
@@ -775,6 +781,67 @@ def _bring_up(obs: Observation, policy: ControlPolicy, state: ControlState,
         message=f"no replica serves yet; running {target} until metrics arrive",
         state=state.evolve(last_good_replicas=target, last_good_limit=limit,
                            last_good_time=now),
+    )
+
+
+# --- scale to zero -------------------------------------------------------------------------
+def to_zero(policy: ControlPolicy, idle_since: float | None, now: float, miss: float | None,
+            in_flight: bool) -> bool:
+    """Whether an awake service goes to zero now: the policy allows it (and an activator
+    can wake it), nothing arrived, ran or finished over the window since ``idle_since``
+    for ``idle_before_zero_s``, no latency is over its target and no replica is still
+    starting (a scale-out asked for load the window has not shown yet)."""
+    return (policy.scale_to_zero and idle_since is not None
+            and now - idle_since >= policy.idle_before_zero_s
+            and (miss is None or miss <= 1.0) and not in_flight)
+
+
+def _go_to_zero(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
+                idle_since: float, limit: int) -> Decision:
+    quiet = now - idle_since + policy.window_s
+    wake = obs.wake
+    return Decision(
+        valid=True, replicas=0, batch_limit=limit, reason=R.SCALED_TO_ZERO_REASON,
+        message=(f"no request for {quiet:.0f} s (the {policy.window_s:.0f} s window and "
+                 f"{policy.idle_before_zero_s:.0f} s idle before zero): scaling to zero; "
+                 "the activator holds the next request and wakes the service"),
+        state=state.evolve(
+            last_good_replicas=0, last_good_limit=limit, last_good_time=now,
+            recommendations=(), history_since=now, last_scale_time=now,
+            last_scale_direction=-1, idle_since=None, zero_since=now,
+            # A wake already recorded belongs to an earlier cold start: only a newer one wakes.
+            wake_seen=wake.requested_at if wake is not None else state.wake_seen,
+            last_time=now),
+        need=0.0,
+    )
+
+
+def at_zero(obs: Observation, policy: ControlPolicy, state: ControlState,
+            now: float) -> Decision:
+    """A service at zero replicas: stay there until the activator records a wake newer
+    than the one last seen, then ask for ``max(1, minReplicas, held / batch limit)``
+    replicas (the requests held, each replica taking a batch of them), at most
+    ``maxReplicas`` (no series exist at zero: the held requests are the only demand)."""
+    limit = _in_range(obs.batch_limit, obs, policy)
+    wake = obs.wake
+    zero_since = state.zero_since if state.zero_since is not None else now
+    if wake is None or (state.wake_seen is not None and wake.requested_at <= state.wake_seen):
+        return Decision(
+            valid=True, replicas=0, batch_limit=limit, reason=R.SCALED_TO_ZERO_REASON,
+            message="at zero replicas; the activator wakes the service on its next request",
+            state=state.evolve(zero_since=zero_since, idle_since=None), need=0.0)
+    need = math.ceil(wake.held / max(1, limit))
+    target = min(policy.max_replicas, max(1, policy.min_replicas, need))
+    return Decision(
+        valid=True, replicas=target, batch_limit=limit, reason=R.WOKEN,
+        message=(f"woken by the activator: {wake.held} request(s) held; scaling from zero "
+                 f"to {target}"),
+        state=state.evolve(
+            last_good_replicas=target, last_good_limit=limit, last_good_time=now,
+            recommendations=(), history_since=now, last_scale_time=now,
+            last_scale_direction=1, zero_since=None, idle_since=None,
+            wake_seen=wake.requested_at, last_time=now),
+        need=float(need),
     )
 
 

@@ -34,6 +34,11 @@ class ControlPolicy:
     gpu_budget: int | None
     # Capacity seed for the service's hardware class and precision (None: built-in seed).
     step_times: StepTimes | None
+    # Scale to zero: after ``idle_before_zero_s`` without requests, zero replicas; a wake
+    # (the activator's annotation) brings them back. False where the policy does not ask
+    # for it or the operator has no activator to wake the service.
+    scale_to_zero: bool = False
+    idle_before_zero_s: float = 300.0
     # Tuning (not in the CRD; documented in docs/slo-loop.md).
     tolerance: float = 0.1  # dead band on the replica need, both directions
     burst_k: float = 1.0  # headroom in standard deviations of the recent request rate
@@ -56,15 +61,33 @@ def replica_bounds(spec: SLOPolicySpec, bounds: ReplicaBounds | None = None) -> 
     return min(lo, hi), hi
 
 
+def idle_before_zero_s(spec: SLOPolicySpec) -> float:
+    """Seconds without requests before scale to zero: ``scaling.idleBeforeZero``, else the
+    longer of the policy window and the scale-down stabilization (a quiet window is no
+    evidence of a quiet service before the window has passed; the stabilization is the
+    time the policy already waits before giving up a replica)."""
+    s = spec.scaling
+    if s.idle_before_zero is not None:
+        return float(parse_duration(s.idle_before_zero))
+    return float(max(parse_duration(spec.window), parse_duration(s.scale_down_stabilization)))
+
+
 def policy_for(
     spec: SLOPolicySpec,
     bounds: ReplicaBounds | None = None,
     *,
     step_times: StepTimes | None = None,
+    can_wake: bool = True,
 ) -> ControlPolicy:
-    """Control policy of one service: the policy's scaling narrowed by the service bounds."""
+    """Control policy of one service: the policy's scaling narrowed by the service bounds.
+
+    With ``scaling.scaleToZero`` the law keeps at least one replica while the service is
+    awake (``minReplicas: 0`` included) and goes to zero only by its idle rule, and only
+    when the operator ``can_wake`` the service again (an activator is configured)."""
     o, s, b = spec.objectives, spec.scaling, spec.batching
     lo, hi = replica_bounds(spec, bounds)
+    if s.scale_to_zero:
+        lo = max(lo, min(1, hi))
     return ControlPolicy(
         e2e_target_ms=float(o.e2e_latency_ms),
         ttft_target_ms=float(o.ttft_ms),
@@ -81,4 +104,6 @@ def policy_for(
         max_batch=b.max_batch,
         gpu_budget=spec.gpu_budget,
         step_times=step_times,
+        scale_to_zero=s.scale_to_zero and can_wake,
+        idle_before_zero_s=idle_before_zero_s(spec),
     )

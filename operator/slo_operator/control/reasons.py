@@ -24,7 +24,8 @@ LIMIT_RAISED = "LimitRaised"  # in-flight limit raised: queueing while replicas 
 LIMIT_RESTORED = "LimitRestored"  # in-flight limit back toward the model's batch
 LIMIT_RESIZED = "LimitResized"  # the model's batch moved with the request shape
 NO_TRAFFIC = "NoTraffic"  # no request in the window: fewest replicas after stabilization
-SCALED_TO_ZERO_REASON = SCALED_TO_ZERO  # reserved: decide does not act on scaleToZero yet
+SCALED_TO_ZERO_REASON = SCALED_TO_ZERO  # idle for idleBeforeZero (scaleToZero): zero replicas
+WOKEN = "Woken"  # at zero, the activator held a request: replicas asked for again
 
 # --- no valid decision (hold the last good one) --------------------------------------
 METRICS_UNAVAILABLE = "MetricsUnavailable"  # Prometheus could not be queried

@@ -43,6 +43,12 @@ class ControlState:
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
     last_waiting: float | None = None  # queue length at the last valid decision
     last_time: float | None = None  # time of the last valid decision
+    # Scale to zero: since when the service has been idle (no request over the window),
+    # since when it is at zero, and the wake (its requestedAt) last acted on or already
+    # there when it went to zero.
+    idle_since: float | None = None
+    zero_since: float | None = None
+    wake_seen: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # reserved, round-tripped as is
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +78,9 @@ class ControlState:
             "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
             "lastWaiting": _opt(self.last_waiting),
             "lastTime": _opt(self.last_time),
+            "idleSince": _opt(self.idle_since),
+            "zeroSince": _opt(self.zero_since),
+            "wakeSeen": _opt(self.wake_seen),
         }
         if self.extra:
             out["extra"] = dict(self.extra)
@@ -106,6 +115,9 @@ class ControlState:
             cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),
             last_waiting=_num(data.get("lastWaiting"), lo=0.0),
             last_time=_num(data.get("lastTime")),
+            idle_since=_num(data.get("idleSince")),
+            zero_since=_num(data.get("zeroSince")),
+            wake_seen=_num(data.get("wakeSeen")),
             extra=dict(extra) if isinstance(extra, Mapping) else {},
         )
 

@@ -23,6 +23,16 @@ from slo_operator.adapters.kube import (
     pod_obs,
     price_data,
 )
+from slo_operator.api.activation import (
+    ANNOTATION_WAKE,
+    COMPONENT_ACTIVATOR,
+    LABEL_COMPONENT,
+    LABEL_SERVICE_NAME,
+    LABEL_SLICE_MANAGED_BY,
+    SLICE_MANAGED_BY,
+    ActivatorEndpoints,
+    activator_slice_endpoints,
+)
 from slo_operator.api.cluster import DeploymentObs, NodeInfo, ObjKey, PodObs
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.control.prices import PRICES_LABEL
@@ -44,15 +54,19 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """A detached copy of an InferenceService or SLOPolicy holding only what the operator
     reads: apiVersion, kind, the metadata in :data:`KEPT_METADATA`, spec, and status
     without kopf's bookkeeping. Left out: managedFields (one entry per field manager,
-    rewritten by every write), labels, annotations (kubectl's last-applied copy of the whole
-    object among them) and ``status.kopf``, which at 1,000 services would be most of what
-    the cache holds (docs/scale.md)."""
+    rewritten by every write), labels, annotations but the activator's wake (kubectl's
+    last-applied copy of the whole object among them) and ``status.kopf``, which at
+    1,000 services would be most of what the cache holds (docs/scale.md)."""
     meta = body.get("metadata") or {}
     out: dict[str, Any] = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
     }
+    # The one annotation the operator reads: the activator's wake (scale to zero).
+    wake = (meta.get("annotations") or {}).get(ANNOTATION_WAKE)
+    if wake is not None:
+        out["metadata"]["annotations"] = {ANNOTATION_WAKE: str(wake)}
     if "spec" in body:
         # A detached copy: kopf's body views change under the caller.
         out["spec"] = copy.deepcopy(body["spec"])
@@ -105,3 +119,23 @@ def node_index(body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
 @kopf.index("", "v1", "configmaps", labels={PRICES_LABEL: "true"})
 def price_index(body: kopf.Body, **_: Any) -> dict[str, tuple[str, dict[str, str]]]:
     return {"prices": price_data(body)}
+
+
+ENDPOINT_SLICES = ("discovery.k8s.io", "v1", "endpointslices")
+
+
+@kopf.index(*ENDPOINT_SLICES, labels={LABEL_COMPONENT: COMPONENT_ACTIVATOR})
+def activator_index(body: kopf.Body, **_: Any) -> dict[ObjKey, ActivatorEndpoints] | None:
+    """The activator's Ready endpoints per activator Service (the endpoint controller's
+    slices of a Service carrying the chart's component label)."""
+    meta = body.get("metadata") or {}
+    svc = (meta.get("labels") or {}).get(LABEL_SERVICE_NAME)
+    eps = activator_slice_endpoints(dict(body))
+    return {(str(meta.get("namespace", "")), str(svc)): eps} if svc and eps else None
+
+
+@kopf.index(*ENDPOINT_SLICES, labels={LABEL_SLICE_MANAGED_BY: SLICE_MANAGED_BY})
+def route_index(body: kopf.Body, **_: Any) -> dict[ObjKey, str] | None:
+    """The operator's route slices (a service sent to the activator) by owner."""
+    key = owner_key(body)
+    return {key: str(body["metadata"]["name"])} if key else None

@@ -8,6 +8,7 @@ from typing import Any
 import kopf
 
 from slo_operator.adapters.kube import owner_key
+from slo_operator.api.activation import ANNOTATION_WAKE
 from slo_operator.api.models import GROUP, VERSION
 from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers.setup import context, retried_when_transient
@@ -59,6 +60,21 @@ async def on_owned(body: kopf.Body, memo: kopf.Memo, type: str | None, **kwargs:
             await refresh_services(r, snapshot(indexes), keys, decide=False)
 
     ctx.owners.ask(ServiceKey(*key), batch)
+
+
+@kopf.on.field(*RESOURCE, field=("metadata", "annotations", ANNOTATION_WAKE))
+async def on_wake(body: kopf.Body, memo: kopf.Memo, new: Any, **kwargs: Any) -> None:
+    """The activator recorded a wake (a request held for a service at zero, served, or
+    given up on): decide for this service now instead of at the next pass, so the cold
+    start does not wait for the interval."""
+    ctx = context(memo)
+    ctx.ready.set()
+    if new is None or not ctx.gate.is_acting():
+        return
+    meta = body["metadata"]
+    with retried_when_transient("The API server refused for now"):
+        await refresh_services(Reconciler.of(ctx), snapshot(kwargs),
+                               [ServiceKey(meta["namespace"], meta["name"])])
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

@@ -322,6 +322,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         settings=Settings(runtime_image=config.image, profiles=profiles,
                           pass_interval=config.interval,
                           require_tenants=config.require_tenants,
+                          activator=config.activator,
                           # Optional CRDs (InferencePool) from API discovery, cached.
                           discovery=Kube(api)),
         creating=asyncio.Semaphore(config.workers),

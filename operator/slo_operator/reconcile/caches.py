@@ -11,11 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from slo_operator.adapters.kube import service_deployments
+from slo_operator.api.activation import ActivatorEndpoints
 from slo_operator.api.cluster import DeploymentObs, ObjKey, Snapshot
 
 # The kopf index functions' names: kopf hands each index to handlers under its name.
 INDEX_NAMES = ("service_index", "policy_index", "deployment_index", "pod_index", "node_index",
-               "price_index", "tenant_index", "namespace_index")
+               "price_index", "tenant_index", "namespace_index", "activator_index",
+               "route_index")
 
 
 def _one(index: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -39,7 +41,21 @@ def snapshot(indexes: Mapping[str, Any]) -> Snapshot:
         nodes=tuple(indexes["node_index"].get("nodes", ())),
         tenants=_one(indexes["tenant_index"]),
         namespace_labels=_one(indexes["namespace_index"]),
+        activators=_activators(indexes["activator_index"]),
+        routes=_one(indexes["route_index"]),
     )
+
+
+def _activators(index: Mapping[Any, Any]) -> dict[ObjKey, ActivatorEndpoints]:
+    """One view per activator Service over its slices (a Service may have several)."""
+    out: dict[ObjKey, ActivatorEndpoints] = {}
+    for key, store in index.items():
+        slices = list(store)
+        if slices:
+            out[key] = ActivatorEndpoints(
+                tuple(sorted({a for s in slices for a in s.addresses})), slices[0].port,
+                slices[0].address_type)
+    return out
 
 
 def _revision(body: Mapping[str, Any] | None) -> tuple[Any, Any] | None:

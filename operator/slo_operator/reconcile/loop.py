@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from slo_operator.adapters.prometheus import MetricsSource
+from slo_operator.api.activation import ANNOTATION_WAKE, Wake, parse_wake
 from slo_operator.api.cluster import DeploymentObs, PodObs, Snapshot
 from slo_operator.api.models import (
     InferenceServiceSpec,
@@ -115,6 +116,8 @@ class ServiceInput:
     plan: ServicePlan  # its engine and pools as the reconciler plans them now
     uid: str = ""
     claim: Claim | None = None  # its policy's tenant (reconcile.tenancy); None: namespace
+    wake: Wake | None = None  # the activator's last wake (annotation), None: none
+    can_wake: bool = False  # an activator is configured: the law may go to zero
 
     @property
     def tenant(self) -> str:
@@ -226,9 +229,12 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
         )
         if isinstance(plan, Problem):
             continue  # the reconciler reports it; an update would not be applied
+        annotations = body["metadata"].get("annotations") or {}
         out.append(ServiceInput(key, spec, policy, status, snap.deployment(ns, name),
                                 snap.pods_of(ns, name), plan,
-                                str(body["metadata"].get("uid", "")), claim))
+                                str(body["metadata"].get("uid", "")), claim,
+                                parse_wake(annotations.get(ANNOTATION_WAKE)),
+                                settings.activator is not None))
     return out
 
 
@@ -272,6 +278,7 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
         max_num_batched_tokens=eng.max_num_batched_tokens,
         model_size_b=s.spec.model.size_billions,
         error_budget_left=budget_left(s, now),
+        wake=s.wake,
     )
 
 
@@ -341,7 +348,7 @@ def decide_all(
         control = s.status.control or {}
         state = ControlState.from_dict(control.get("state"))
         lo, _ = initial_replicas(s.spec, s.policy)
-        policy = policy_for(s.policy, s.spec.replicas)
+        policy = policy_for(s.policy, s.spec.replicas, can_wake=s.can_wake)
         obs = observation(s, signals[s.key], ts)
         times = unwritten[s.key] = unwritten_passes(s.status, state, ts, interval)
         recalled = memory.recall(s) if memory is not None else None
@@ -410,7 +417,7 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
     # With the memory kept between writes, its moves wait for the next write.
     memory_changed = not same_windows or not (kept or same_memory(
         ControlState.from_dict(control.get("state")), decision.state,
-        policy_for(s.policy, s.spec.replicas), ts, idle(s.status)))
+        policy_for(s.policy, s.spec.replicas, can_wake=s.can_wake), ts, idle(s.status)))
     # The pods' engine settings against each variant's plan (``engine``: the service's
     # pods as reported; None: unknown this pass, nothing is said).
     variants = None if engine is None else observe_variants(

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from slo_operator.api import conditions as C
+from slo_operator.api.activation import ANNOTATION_WAKE, parse_wake
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.conditions import Cond, merge_conditions, rfc3339, transitions
 from slo_operator.api.errors import field_problems, summarize
@@ -76,6 +77,7 @@ from slo_operator.reconcile.status import (
     status_write,
 )
 from slo_operator.reconcile.tenancy import Tenancy
+from slo_operator.reconcile.wake import plan_wake
 from slo_operator.render.inference_pool import INFERENCE_POOL_API_VERSION, INFERENCE_POOL_KIND
 from slo_operator.render.objects import LABEL_VARIANT, build_all
 from slo_operator.settings import OperatorSettings
@@ -101,6 +103,9 @@ class Settings:
     # --require-tenants: a namespace no Tenant object binds gets no policy
     # (reconcile.tenancy).
     require_tenants: bool = False
+    # --activator-service: the activator's Service (namespace, name) that wakes services
+    # at zero replicas; None: no scale to zero (reconcile.wake).
+    activator: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -251,10 +256,18 @@ def plan_reconcile(
         return done(report(body, old_status, new, conds, now), retry_after=RETRY_POLICY_S)
 
     lo, hi = initial_replicas(spec, policy)
+    # Scale to zero: at least one replica while awake; zero only as the law decides it,
+    # and only with an activator to wake the service again.
+    to_zero = policy.scaling.scale_to_zero
+    zero_ok = to_zero and settings.activator is not None
+    if to_zero:
+        lo = max(lo, min(1, hi))
     replicas = desired_replicas(old_status, lo, hi)
+    if zero_ok and old_status.desired_replicas == 0:
+        replicas = 0
     wanted_limit = old_status.batch_limit
     if update is not None:
-        replicas = min(max(update.replicas, lo), hi)
+        replicas = 0 if zero_ok and update.replicas == 0 else min(max(update.replicas, lo), hi)
         wanted_limit = update.batch_limit
     result = plan_service(
         name=name,
@@ -307,9 +320,28 @@ def plan_reconcile(
                      and settings.discovery.serves(INFERENCE_POOL_API_VERSION,
                                                    INFERENCE_POOL_KIND),
                      old_status.conditions)
+    dep = snap.deployment(namespace, name)
+    pods = snap.pods_of(namespace, name)
+    nodes = {n.name for n in snap.nodes}
+    # A Deployment counts the Ready pods of a lost node until they are collected; pods of
+    # a variant whose Deployment is gone (retired) are counted by none.
+    lost_ready = Counter(p.variant for p in pods if p.ready and lost(p, nodes))
+    gone = sum(min(n, existing[v].ready_replicas) for v, n in lost_ready.items()
+               if v in existing)
+    if dep is not None and gone:
+        dep = replace(dep, ready_replicas=max(0, dep.ready_replicas - gone))
+    activator = settings.activator
+    woke = plan_wake(plan.render, scale_to_zero=to_zero, desired=replicas,
+                     ready=dep.ready_replicas if dep else 0,
+                     wake=parse_wake((meta.get("annotations") or {}).get(ANNOTATION_WAKE)),
+                     activator=snap.activators.get(activator) if activator else None,
+                     configured=activator is not None, route=snap.routes.get((namespace, name)),
+                     old=old_status.scale_to_zero, now=now)
+    new.scale_to_zero = woke.status
     applies: list[Action] = []
-    for obj in [*build_all(plan.render, renders), *pool.objects]:
-        drifted = pool.force and obj is pool.obj
+    extra = [*pool.objects, *([woke.obj] if woke.obj is not None else [])]
+    for obj in [*build_all(plan.render, renders), *extra]:
+        drifted = (pool.force and obj is pool.obj) or (woke.force and obj is woke.obj)
         if obj["kind"] == "Deployment":
             # The watch cache shows the Deployment gone or scaled by another writer: apply
             # it again even while the cache says it was applied lately.
@@ -328,18 +360,9 @@ def plan_reconcile(
         applies.append(Apply(obj))
 
     retired = retire_variants(snap, namespace, name, plan, placed)
-    deletes = [*retired, *pool.deletes]
+    deletes = [*retired, *pool.deletes, *([woke.delete] if woke.delete is not None else [])]
     conds += [pool.cond] if pool.cond is not None else []
-    dep = snap.deployment(namespace, name)
-    pods = snap.pods_of(namespace, name)
-    nodes = {n.name for n in snap.nodes}
-    # A Deployment counts the Ready pods of a lost node until they are collected; pods of
-    # a variant whose Deployment is gone (retired) are counted by none.
-    lost_ready = Counter(p.variant for p in pods if p.ready and lost(p, nodes))
-    gone = sum(min(n, existing[v].ready_replicas) for v, n in lost_ready.items()
-               if v in existing)
-    if dep is not None and gone:
-        dep = replace(dep, ready_replicas=max(0, dep.ready_replicas - gone))
+    conds += [woke.cond] if woke.cond is not None else []
     conds += rollout_conditions(replicas, dep, pods, plan.render.gpu_resource)
     limit = live_limit(policy, eng.max_num_seqs, wanted_limit)
     patches = [p for p in live_limit_patches(namespace, pods, limit)

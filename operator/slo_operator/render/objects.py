@@ -13,6 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slo_operator.api.activation import (
+    LABEL_SERVICE_NAME,
+    LABEL_SLICE_MANAGED_BY,
+    SLICE_MANAGED_BY,
+    ActivatorEndpoints,
+)
 from slo_operator.api.models import API_VERSION
 from slo_operator.render.names import (
     ANNOTATION_SERVICE_NAME,
@@ -441,6 +447,30 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
                 {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"},
             ],
         },
+    }
+
+
+def activator_route_name(service: str) -> str:
+    """Name of the EndpointSlice that routes the service's Service to the activator."""
+    return child_name(service_name(service), "activator")
+
+
+def build_activator_route(inp: RenderInput, activator: ActivatorEndpoints) -> dict[str, Any]:
+    """An EndpointSlice of the service's Service listing the activator's Ready pods on its
+    port (named like the Service's port): kube-proxy merges it with the endpoint
+    controller's slice of the pods, so requests reach the activator while no pod is Ready
+    (``api.activation``). Owned by the InferenceService."""
+    meta = _metadata(inp, activator_route_name(inp.name))
+    meta["labels"] = {**meta["labels"], LABEL_SERVICE_NAME: service_name(inp.name),
+                      LABEL_SLICE_MANAGED_BY: SLICE_MANAGED_BY}
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": meta,
+        "addressType": activator.address_type,
+        "ports": [{"name": "http", "port": activator.port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [a], "conditions": {"ready": True}}
+                      for a in activator.addresses],
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slo_operator.api.activation import Wake
 from slo_operator.api.models import SLOPolicySpec
 from slo_operator.api.observe import (
     MetricsState,
@@ -65,7 +66,8 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
 def make_obs(*, desired: int = 2, ready: int | None = None, warming: int = 0,
              starting: int = 0, pending: int = 0, batch_limit: int = 64, max_batch: int = 64,
              gpus_per_replica: int = 1, now: float = T0, budget: float | None = None,
-             hardware: str = "H200", **signals: Any) -> Observation:
+             hardware: str = "H200", wake: Wake | None = None,
+             **signals: Any) -> Observation:
     """An observation of ``desired`` replicas (all ready unless told), ``budget`` the share
     of the error budget left."""
     return Observation(
@@ -73,7 +75,7 @@ def make_obs(*, desired: int = 2, ready: int | None = None, warming: int = 0,
         replicas=ReplicaCounts(desired=desired, ready=desired if ready is None else ready,
                                warming=warming, starting=starting, pending=pending),
         batch_limit=batch_limit, max_batch=max_batch, hardware=hardware, precision="bf16",
-        gpus_per_replica=gpus_per_replica, error_budget_left=budget,
+        gpus_per_replica=gpus_per_replica, error_budget_left=budget, wake=wake,
     )
 
 

@@ -21,6 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slo_operator.api.activation import Wake
+from slo_operator.api.models import SLOPolicySpec
 from slo_operator.api.observe import (
     MetricsState,
     Observation,
@@ -36,6 +38,7 @@ from slo_operator.control import (
     arbitrate,
     decide,
     law,
+    policy_for,
 )
 from slo_operator.control import reasons as R
 from slo_operator.control.capacity import (
@@ -151,15 +154,6 @@ def test_an_idle_service_goes_to_its_minimum_after_the_window() -> None:
     last = ds[-1]
     assert (last.replicas, last.reason) == (1, R.NO_TRAFFIC)
     assert last.explanation is not None and last.explanation.demand.total == 0.0
-
-
-def test_with_min_replicas_zero_an_idle_service_scales_to_zero_and_stays() -> None:
-    loop = settled(1, policy=make_policy(min_replicas=0), rate=5.0)
-    ds = loop.run(400, **IDLE)
-    assert moves(ds, 1) == [(0, R.SCALED_TO_ZERO_REASON)]
-    # At zero nothing serves and no series exist: no bring-up below minReplicas.
-    d = loop.step(state=MetricsState.EMPTY, rate=None, ready=0)
-    assert (d.valid, d.replicas, d.reason) == (True, 0, R.SCALED_TO_ZERO_REASON)
 
 
 # --- the SLO feedback -------------------------------------------------------------------------
@@ -886,3 +880,120 @@ def test_grants_respect_pools_budgets_and_priorities(
         g = grants[r.key]
         assert 0 <= g.replicas <= max(r.wanted, 0)
         assert (g.reason is None) == (g.replicas >= r.wanted)
+
+
+# --- scale to zero (scaling.scaleToZero with an activator) -------------------------------------
+# The service keeps a replica while it sees requests, goes to zero after a window without
+# requests plus its idle period, stays there while nothing arrives, and comes back when the
+# activator records a wake newer than the one it went to zero with.
+
+AT_ZERO: dict[str, Any] = {"state": MetricsState.EMPTY, "rate": None, "e2e": None,
+                           "ttft": None, "running": None, "waiting": None, "ready": 0}
+IDLE_S = 300.0  # the scale-to-zero tests' idle period
+
+
+def zero_policy(**overrides: Any) -> Any:
+    return make_policy(scale_to_zero=True, idle_before_zero_s=IDLE_S, min_replicas=1,
+                       **overrides)
+
+
+def idle_to_zero(wake: Wake | None = None) -> Loop:
+    """A one-replica service that served traffic, then idled until it went to zero."""
+    loop = Loop(replicas=1, policy=zero_policy())
+    loop.run(300, rate=5.0, running=2.0)
+    for _ in range(100):
+        if loop.step(wake=wake, **IDLE).replicas == 0:
+            return loop
+    raise AssertionError("never went to zero")
+
+
+def test_an_idle_service_goes_to_zero_after_its_idle_period_and_not_before() -> None:
+    loop = Loop(replicas=1, policy=zero_policy())
+    loop.run(300, rate=5.0, running=2.0)
+    ds = loop.run(600, **IDLE)
+    zero = next(i for i, d in enumerate(ds) if d.replicas == 0)
+    assert {d.replicas for d in ds[:zero]} == {1}
+    assert zero * CYCLE == IDLE_S  # idle since its first quiet cycle, zero once it has lasted
+    assert ds[zero].reason == R.SCALED_TO_ZERO_REASON
+    assert ds[zero].state.zero_since is not None and ds[zero].state.idle_since is None
+
+
+def test_a_request_in_the_idle_period_starts_it_again() -> None:
+    loop = Loop(replicas=1, policy=zero_policy())
+    loop.run(300, rate=5.0, running=2.0)
+    loop.run(IDLE_S - 2 * CYCLE, **IDLE)
+    loop.step(rate=0.1, running=1.0)  # one request: no longer idle
+    ds = loop.run(IDLE_S, **IDLE)  # idle again from its first quiet cycle
+    assert all(d.replicas == 1 for d in ds)
+    assert loop.step(**IDLE).replicas == 0
+
+
+def test_a_starting_replica_holds_the_service_above_zero() -> None:
+    loop = Loop(replicas=2, policy=zero_policy())
+    loop.run(300, rate=5.0, running=2.0)
+    ds = loop.run(IDLE_S + 200, ready=1, starting=1, **IDLE)
+    assert all(d.replicas > 0 for d in ds)
+
+
+def test_at_zero_the_service_stays_until_a_newer_wake() -> None:
+    old = Wake(requested_at=T0 - 3600.0, held=1, served_at=T0 - 3590.0, waited_s=10.0)
+    loop = idle_to_zero(wake=old)
+    assert loop.state.wake_seen == old.requested_at
+    ds = loop.run(600, wake=old, **AT_ZERO)  # the old wake is no new demand
+    assert {(d.replicas, d.reason) for d in ds} == {(0, R.SCALED_TO_ZERO_REASON)}
+    d = loop.step(wake=Wake(requested_at=loop.now - 1.0, held=1), **AT_ZERO)
+    assert (d.replicas, d.reason) == (1, R.WOKEN)
+    assert d.state.wake_seen == loop.now - CYCLE - 1.0 and d.state.zero_since is None
+
+
+def test_a_wake_asks_for_a_replica_per_batch_of_held_requests_within_the_maximum() -> None:
+    for held, limit, want in ((1, 64, 1), (200, 64, 4), (10_000, 64, 8)):
+        loop = idle_to_zero()
+        d = loop.step(wake=Wake(requested_at=loop.now, held=held), batch_limit=limit,
+                      **AT_ZERO)
+        assert (d.replicas, d.reason) == (want, R.WOKEN), held
+
+
+def test_after_a_wake_the_service_is_held_up_while_its_first_replica_starts() -> None:
+    loop = idle_to_zero()
+    wake = Wake(requested_at=loop.now, held=2)
+    assert loop.step(wake=wake, **AT_ZERO).replicas == 1
+    ds = loop.run(200, wake=wake, **{**AT_ZERO, "starting": 1})
+    assert all(d.replicas == 1 for d in ds)
+    # Served: the normal law again, and the idle clock starts afresh.
+    served = Wake(requested_at=wake.requested_at, held=2, served_at=loop.now, waited_s=40.0)
+    ds = loop.run(200, wake=served, rate=1.0, running=1.0)
+    assert all(d.replicas >= 1 for d in ds) and ds[-1].state.idle_since is None
+
+
+def test_without_an_activator_scale_to_zero_keeps_one_replica() -> None:
+    spec = SLOPolicySpec.model_validate({"scaling": {"minReplicas": 0, "scaleToZero": True}})
+    policy = policy_for(spec, can_wake=False)
+    assert (policy.scale_to_zero, policy.min_replicas) == (False, 1)
+    loop = Loop(replicas=1, policy=policy)
+    ds = loop.run(1800, **IDLE)
+    assert {d.replicas for d in ds} == {1}
+    # A service found at zero (an operator that had an activator) is brought back up.
+    loop.replicas = 0
+    assert loop.step(**AT_ZERO).replicas == 1
+
+
+def test_the_idle_period_defaults_to_the_longer_of_window_and_scale_down_stabilization(
+) -> None:
+    def idle_of(doc: dict[str, Any]) -> float:
+        return policy_for(SLOPolicySpec.model_validate(doc)).idle_before_zero_s
+
+    assert idle_of({"window": "60s", "scaling": {"scaleToZero": True}}) == 300.0
+    assert idle_of({"window": "10m", "scaling": {"scaleToZero": True}}) == 600.0
+    assert idle_of({"scaling": {"scaleToZero": True, "idleBeforeZero": "15m"}}) == 900.0
+    with_activator = policy_for(SLOPolicySpec.model_validate(
+        {"scaling": {"minReplicas": 0, "scaleToZero": True}}))
+    assert (with_activator.scale_to_zero, with_activator.min_replicas) == (True, 1)
+
+
+def test_messages_of_scale_to_zero_read_as_pinned(golden: Any) -> None:
+    loop = idle_to_zero()
+    golden.check("control", "law.zero.scaled", loop.decisions[-1].message)
+    golden.check("control", "law.zero.stay", loop.step(**AT_ZERO).message)
+    woken = loop.step(wake=Wake(requested_at=loop.now, held=3), **AT_ZERO)
+    golden.check("control", "law.zero.woken", woken.message)

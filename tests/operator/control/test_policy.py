@@ -29,7 +29,7 @@ FULL = SLOPolicySpec.model_validate({
     "window": "2m",
     "scaling": {"minReplicas": 2, "maxReplicas": 9, "scaleUpStabilization": "15s",
                 "scaleDownStabilization": "10m", "maxScaleUpStep": 3, "maxScaleDownStep": 2,
-                "scaleToZero": True},
+                "scaleToZero": True, "idleBeforeZero": "20m"},
     "batching": {"mode": "restart", "minBatch": 4, "maxBatch": 96},
     "priority": 7,
     "gpuBudget": 12,
@@ -46,7 +46,8 @@ def test_every_field_of_the_policy_reaches_the_control_policy() -> None:
         e2e_target_ms=1234.0, ttft_target_ms=321.0, itl_target_ms=45.0, window_s=120.0,
         min_replicas=2, max_replicas=9, scale_up_stabilization_s=15.0,
         scale_down_stabilization_s=600.0, max_scale_up_step=3, max_scale_down_step=2,
-        batching_mode="restart", min_batch=4, max_batch=96, gpu_budget=12, step_times=st)
+        batching_mode="restart", min_batch=4, max_batch=96, gpu_budget=12, step_times=st,
+        scale_to_zero=True, idle_before_zero_s=1200.0)
     assert p.step_times is st
 
 
@@ -99,7 +100,9 @@ def test_replica_bounds(pol: tuple[int, int], bounds: ReplicaBounds | None,
     assert replica_bounds(spec, bounds) == want
     assert replica_bounds(spec) == replica_bounds(spec, None) == pol
     cp = policy_for(spec, bounds)
-    assert (cp.min_replicas, cp.max_replicas) == want
+    # With scaleToZero the law keeps one replica while awake; zero comes by its idle rule.
+    awake_min = max(want[0], 1) if spec.scaling.scale_to_zero else want[0]
+    assert (cp.min_replicas, cp.max_replicas) == (awake_min, want[1])
     # The first reconcile uses the same rule as the loop.
     svc = InferenceServiceSpec.model_validate(
         {"model": {"name": "m", "sizeBillions": 8},

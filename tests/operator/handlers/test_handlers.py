@@ -43,6 +43,8 @@ def index_kwargs(snap: Snapshot) -> dict[str, Any]:
         "price_index": {},
         "tenant_index": {k: [v] for k, v in snap.tenants.items()},
         "namespace_index": {k: [v] for k, v in snap.namespace_labels.items()},
+        "activator_index": {k: [v] for k, v in snap.activators.items()},
+        "route_index": {k: [v] for k, v in snap.routes.items()},
     }
 
 
