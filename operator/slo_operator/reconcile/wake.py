@@ -111,8 +111,8 @@ def _condition(desired: int, ready: int, wake: Wake | None, status: ScaleToZeroS
                     f"{desired} replica(s) to be Ready")
     if ready == 0:
         return Cond(C.AWAKE, False, C.WAKING,
-                    f"no replica Ready yet of {desired}; the activator holds requests until "
-                    "one is")
+                    f"none of {desired} replica(s) Ready yet; the activator holds requests "
+                    "until one is")
     if wake is not None and wake.waited_s is not None:
         return Cond(C.AWAKE, True, C.WOKEN,
                     f"woken from zero by a request at {status.last_wake_requested}; the "
