@@ -69,15 +69,19 @@ class OperatorProcess:
     """``slo-operator run`` as a real process under a ServiceAccount kubeconfig."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, interval: float = 3.0,
-                 prometheus_url: str | None = None) -> None:
+                 prometheus_url: str | None = None, activator_service: str | None = None
+                 ) -> None:
         """``interval``: seconds between periodic passes; ``prometheus_url``: the SLO
-        loop's Prometheus (default: SLO_PROMETHEUS_URL from the environment, if any)."""
+        loop's Prometheus (default: SLO_PROMETHEUS_URL from the environment, if any);
+        ``activator_service``: ``--activator-service`` (scale to zero)."""
         self.port = free_port()
         self.log_path = log_path
         env = {**os.environ, "SLO_RECONCILE_INTERVAL": str(interval),
                "SLO_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)}
         if prometheus_url:
             env["SLO_PROMETHEUS_URL"] = prometheus_url
+        if activator_service:
+            env["SLO_ACTIVATOR_SERVICE"] = activator_service
         self._log = open(log_path, "w")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slo_operator.cli", "run",
@@ -139,7 +143,8 @@ def events_for(cluster: LocalCluster, namespace: str, name: str) -> list[dict[st
 @contextlib.contextmanager
 def chart_operator(cluster: LocalCluster, log_dir: Path, account: str = "slo-operator", *,
                    interval: float = 3.0, prometheus_url: str | None = None,
-                   log_tail: int = 4000) -> Iterator[OperatorProcess]:
+                   log_tail: int = 4000, activator_service: str | None = None
+                   ) -> Iterator[OperatorProcess]:
     """``slo-operator run`` under the chart's ClusterRole bound to ServiceAccount
     ``account``: CRDs installed, the process awaited healthy, stopped afterwards and the
     tail of its log printed (pytest shows it for a failed test)."""
@@ -147,7 +152,7 @@ def chart_operator(cluster: LocalCluster, log_dir: Path, account: str = "slo-ope
     ensure_namespace(cluster, OPERATOR_NS)
     kubeconfig = bind_role(cluster, chart_cluster_role(cluster), OPERATOR_NS, account)
     op = OperatorProcess(kubeconfig, log_dir / "operator.log", interval=interval,
-                         prometheus_url=prometheus_url)
+                         prometheus_url=prometheus_url, activator_service=activator_service)
     try:
         cluster.wait_for(op.healthy, timeout=60, desc="operator liveness endpoint")
         yield op

@@ -64,6 +64,7 @@ from slo_operator.control import (
     decide,
     policy_for,
 )
+from slo_operator.control import reasons as R
 from slo_operator.reconcile.desired import (
     Problem,
     ServicePlan,
@@ -429,7 +430,9 @@ def _update(s: ServiceInput, signals: Any, decision: Decision, grant: Grant | No
         reason=reason,
         message=message,
         conds=(
-            metrics_condition(signals, held=not decision.valid),
+            metrics_condition(signals, held=not decision.valid,
+                              at_zero=s.status.desired_replicas == 0 and decision.reason in (
+                                  R.SCALED_TO_ZERO_REASON, R.WOKEN)),
             slo_condition(verdict),
             scaling_condition(limited, limited_msg),
             *(() if variants is None else (engine_condition(variants),)),

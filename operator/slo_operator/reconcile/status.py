@@ -209,9 +209,14 @@ _METRICS = {
 }
 
 
-def metrics_condition(signals: Signals, held: bool) -> Cond:
+def metrics_condition(signals: Signals, held: bool, at_zero: bool = False) -> Cond:
     """MetricsAvailable from the signals' typed state; ``held`` says the loop kept the last
-    good decision because of it (the message says so)."""
+    good decision because of it (the message says so). ``at_zero``: the service is at zero
+    replicas (scale to zero), where no series is what is expected, not a problem."""
+    if at_zero and signals.state == MetricsState.EMPTY:
+        return Cond(C.METRICS_AVAILABLE, True, C.NO_TRAFFIC,
+                    "no replica at zero, so no series; the activator wakes the service on "
+                    "its next request")
     ok, reason = _METRICS[signals.state]
     msg = signals.message or f"metrics {signals.state.value}"
     if not ok and held:

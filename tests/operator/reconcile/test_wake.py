@@ -4,12 +4,14 @@ once one is; what the activator recorded of a wake in ``status.scaleToZero``; ``
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from slo_operator.api import conditions as C
 from slo_operator.api.activation import (
+    ANNOTATION_WAKE,
     LABEL_SERVICE_NAME,
     LABEL_SLICE_MANAGED_BY,
     SLICE_MANAGED_BY,
@@ -18,10 +20,13 @@ from slo_operator.api.activation import (
 )
 from slo_operator.api.cluster import DeploymentObs, Snapshot
 from slo_operator.api.models import ScaleToZeroStatus
+from slo_operator.api.observe import ServiceKey
 from slo_operator.reconcile.actions import Apply, Delete
+from slo_operator.reconcile.loop import observe_and_decide
 from slo_operator.reconcile.planner import Settings, plan_reconcile
 from slo_operator.reconcile.wake import WakePlan, plan_wake
 from slo_operator.render.objects import RenderInput, service_name
+from tests.operator.reconcile.prom_fake import FakeMetrics
 from tests.operator.reconcile.test_service import (
     NOW,
     NS,
@@ -188,3 +193,25 @@ def test_the_planner_deletes_the_route_once_a_replica_is_ready() -> None:
                    routes={(NS, "chat"): "chat-activator"})
     p = plan_reconcile(make_isvc(status={"desiredReplicas": 2}), snap, NOW, WITH_ACTIVATOR)
     assert Delete("EndpointSlice", NS, "chat-activator") in p.actions
+
+
+def test_the_pass_holds_a_service_at_zero_quietly_and_a_wake_brings_it_back() -> None:
+    """Through ``observe_and_decide``: at zero there are no series, which is no Warning
+    (MetricsAvailable stays True); the activator's wake annotation asks for a replica."""
+    first = plan_reconcile(at_zero(), zero_snapshot(), NOW, WITH_ACTIVATOR)
+    body = make_isvc(status=dict(first.status))
+    later = NOW + timedelta(seconds=30)
+
+    def update(body: dict[str, Any]) -> Any:
+        snap = replace(zero_snapshot(), services={(NS, "chat"): body})
+        return asyncio.run(observe_and_decide(FakeMetrics({}), snap, later,
+                                              WITH_ACTIVATOR))[ServiceKey(NS, "chat")]
+
+    quiet = update(body)
+    assert (quiet.replicas, quiet.reason) == (0, "ScaledToZero")
+    metrics = {c.type: c for c in quiet.conds}[C.METRICS_AVAILABLE]
+    assert (metrics.status, metrics.reason) == (True, C.NO_TRAFFIC)
+    wake = Wake(requested_at=later.timestamp() - 1, held=1)
+    body["metadata"]["annotations"] = {ANNOTATION_WAKE: wake.to_annotation()}
+    woken = update(body)
+    assert (woken.replicas, woken.reason) == (1, "Woken")
