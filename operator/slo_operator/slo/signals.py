@@ -82,15 +82,23 @@ def number(raw: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Row:
-    labels: Mapping[str, str]
+    labels: Mapping[str, str]  # the series' labels but namespace and service (the key)
     ts: float | None
     value: float | None
 
 
+_KEY_LABELS = frozenset({"namespace", "service"})
+
+
 def _index(result: Result) -> dict[ServiceKey, list[_Row]]:
+    """Rows per service. The histogram queries answer one series per service, window,
+    source and bucket (tens of thousands at 1,000 services) whose other labels repeat
+    from service to service: each distinct label set is kept once and shared by its rows
+    (docs/scale.md, "Memory")."""
     out: dict[ServiceKey, list[_Row]] = defaultdict(list)
+    shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
     for item in result or ():
         if not isinstance(item, Mapping):
             continue
@@ -101,9 +109,11 @@ def _index(result: Result) -> dict[ServiceKey, list[_Row]]:
         ns, svc = labels.get("namespace"), labels.get("service")
         if not isinstance(ns, str) or not isinstance(svc, str) or not ns or not svc:
             continue
-        out[ServiceKey(ns, svc)].append(
-            _Row({str(k): str(v) for k, v in labels.items()}, number(value[0]), number(value[1]))
-        )
+        rest = tuple((str(k), str(v)) for k, v in labels.items() if k not in _KEY_LABELS)
+        common = shared.get(rest)
+        if common is None:
+            common = shared[rest] = dict(rest)
+        out[ServiceKey(ns, svc)].append(_Row(common, number(value[0]), number(value[1])))
     return out
 
 
