@@ -65,7 +65,8 @@ class PrometheusAdapter:
 
     def __init__(self, url: str, timeout: float = 10.0,
                  on_query: Callable[[str, float, bool], None] | None = None,
-                 threads: int = 10) -> None:
+                 threads: int = 10,
+                 digest: Callable[[str, Result], Any] | None = None) -> None:
         """``on_query(name, seconds, ok)`` is called after every query (the operator's
         own metrics); the adapter itself knows no metrics registry. ``threads``: queries
         in flight at once, in the adapter's own pool (the operator passes its number of
@@ -76,6 +77,9 @@ class PrometheusAdapter:
         self._secret = urlsplit(self.url).password
         self.timeout = timeout
         self.on_query = on_query
+        # Applied to each reply in the query's thread (``slo.signals.digest``: indexed as
+        # it arrives, so the decoded replies are not all alive at once).
+        self.digest = digest
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="promql")
         # One quick retry on a refused connection; a longer back-off would stall the pass
         # while Prometheus is down, and the next pass retries anyway.
@@ -101,7 +105,9 @@ class PrometheusAdapter:
         if not isinstance(data, list):
             self.last_error = QueryError(name, "reply carried no result list")
             return None
-        return [r for r in data if isinstance(r, dict)]
+        rows = [r for r in data if isinstance(r, dict)]
+        del data
+        return self.digest(name, rows) if self.digest is not None else rows
 
     def _scrub(self, text: str) -> str:
         """``text`` with the URL's password masked (an error that quotes the URL)."""

@@ -37,6 +37,7 @@ from slo_operator.reconcile.service import Settings
 from slo_operator.render.objects import instance_name, service_name
 from slo_operator.settings import OperatorSettings, operator_version
 from slo_operator.slo.promql import QUERY_NAMES
+from slo_operator.slo.signals import digest
 
 
 def register_login(config: OperatorSettings) -> None:
@@ -317,7 +318,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         config=config,
         applied=AppliedCache(ttl=config.apply_ttl),
         metrics=(PrometheusAdapter(config.prometheus_url, config.prometheus_timeout,
-                                   on_query=_record_query, threads=len(QUERY_NAMES))
+                                   on_query=_record_query, threads=len(QUERY_NAMES),
+                                   digest=digest)
                  if config.prometheus_url else None),
         settings=Settings(runtime_image=config.image, profiles=profiles,
                           pass_interval=config.interval,

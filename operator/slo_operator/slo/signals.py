@@ -43,7 +43,9 @@ from slo_operator.slo.promql import (
 )
 
 DEFAULT_STALE_AFTER = 120.0
-Result = Sequence[Mapping[str, Any]] | None
+# A query's reply: its result list as Prometheus sends it, or already indexed
+# (``digest``); None for a query that failed.
+Result = Sequence[Mapping[str, Any]] | Mapping[ServiceKey, Any] | None
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,26 @@ class _Row:
 _KEY_LABELS = frozenset({"namespace", "service"})
 
 
+class Indexed(dict[ServiceKey, list["_Row"]]):
+    """A signal query's reply already indexed per service (:func:`digest`)."""
+
+
+def digest(name: str, result: Any) -> Any:
+    """A signal query's reply indexed as soon as it arrives (in the query's thread), so
+    the decoded JSON of the pass's large histogram replies is not all alive at once;
+    any other reply as it is. ``parse_signals`` reads either form."""
+    if name in SIGNAL_QUERY_NAMES and result is not None and not isinstance(result, Indexed):
+        return Indexed(_index(result))
+    return result
+
+
 def _index(result: Result) -> dict[ServiceKey, list[_Row]]:
     """Rows per service. The histogram queries answer one series per service, window,
     source and bucket (tens of thousands at 1,000 services) whose other labels repeat
     from service to service: each distinct label set is kept once and shared by its rows
     (docs/scale.md, "Memory")."""
+    if isinstance(result, Indexed):
+        return result
     out: dict[ServiceKey, list[_Row]] = defaultdict(list)
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
     for item in result or ():

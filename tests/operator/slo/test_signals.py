@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
 from slo_operator.slo.promql import QUERY_NAMES, build_queries
-from slo_operator.slo.signals import DEFAULT_STALE_AFTER, SignalSpec, parse_signals, spec_for
+from slo_operator.slo.signals import (
+    DEFAULT_STALE_AFTER,
+    SignalSpec,
+    digest,
+    parse_signals,
+    spec_for,
+)
 from tests.support.paths import REPO
 
 NOW = 1_800_000_000.0
@@ -175,6 +181,14 @@ def test_parse_signals(case: Case, golden: Any) -> None:
     for name, want in case.want.items():
         assert getattr(got, name) == (pytest.approx(want) if isinstance(want, float) else want)
     golden.check("slo", f"signals.{case.id}", got.message)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_replies_indexed_as_they_arrive_read_as_the_raw_ones(case: Case) -> None:
+    """What the operator's Prometheus adapter hands over (``digest``: each reply indexed
+    in its query's thread) parses exactly as the replies themselves."""
+    digested = {name: digest(name, result) for name, result in case.results.items()}
+    assert parse(digested, case.spec) == parse(case.results, case.spec)
 
 
 # --- latency sources, percentiles, jitter and rates --------------------------------------------
