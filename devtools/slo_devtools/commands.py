@@ -59,11 +59,13 @@ TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "
 @click.option("--seed", type=int, default=0, show_default=True, help="Trace seed.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per trace and target set; results do not change).")
-@click.option("--scenario", type=click.Choice(["slo", "mixed-fleet"]), default="slo",
-              show_default=True,
+@click.option("--scenario", type=click.Choice(["slo", "mixed-fleet", "scale-to-zero"]),
+              default="slo", show_default=True,
               help="slo: the traces on one GPU pool; mixed-fleet: every policy on GPU pools "
                    "of limited size and price (its own compressed ramp; --trace ignored), "
-                   "cost and placement per policy.")
+                   "cost and placement per policy; scale-to-zero: 50 services, most idle "
+                   "most of the hour, slo-operator with and without scale to zero "
+                   "(--trace ignored; writes OUT/scale-to-zero.md).")
 @click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE",
               help="Your traffic instead of --trace: CSV or JSONL, one request a row (arrival "
@@ -110,7 +112,7 @@ def bench(traces: tuple[str, ...], fleets: tuple[str, ...], targets: str, out: P
     With --trace-file or --rate-file, your own traffic: what slo-operator and the other
     autoscalers would do with it, before installing anything."""
     from slo_devtools.sim.command import run as run_bench
-    from slo_devtools.sim.command import run_fleet
+    from slo_devtools.sim.command import run_fleet, run_scale_to_zero
 
     ctx = click.get_current_context()
 
@@ -130,6 +132,8 @@ def bench(traces: tuple[str, ...], fleets: tuple[str, ...], targets: str, out: P
                 raise ValueError(f"{opt}: only with --trace-file or --rate-file")
             if scenario == "mixed-fleet":
                 path = run_fleet(sets, out, seed)
+            elif scenario == "scale-to-zero":
+                path = run_scale_to_zero(sets, out, seed)
             else:
                 path = run_bench(list(traces), sets, out, seed, jobs, list(fleets) or None)
     except ValueError as err:
@@ -152,8 +156,8 @@ def _bench_traffic(given: Callable[[str], bool], sets: list[str], out: Path, see
     if given("traces"):
         raise ValueError("--trace: give --trace or --trace-file/--rate-file, not both")
     if scenario != "slo":
-        raise ValueError(f"--scenario: {scenario} runs its own ramp, not a --trace-file or "
-                         "--rate-file")
+        raise ValueError(f"--scenario: {scenario} runs its own workload, not a --trace-file "
+                         "or --rate-file")
     if trace_file is not None:
         for name in ("rate_interval", "cv", "lengths"):
             if given(name):

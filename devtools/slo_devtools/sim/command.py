@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from slo_devtools.sim import fleet
+from slo_devtools.sim import fleet, scale_to_zero
 from slo_devtools.sim.bench import (
     PROFILE_FLEET,
     WorkloadResult,
@@ -24,7 +24,7 @@ from slo_devtools.sim.report import render
 from slo_devtools.sim.run import Workload
 from slo_devtools.sim.user_trace import TrafficSpec, objective_sets, prepare
 
-SCENARIOS = ("slo", "mixed-fleet")
+SCENARIOS = ("slo", "mixed-fleet", "scale-to-zero")
 
 
 def check(traces: Sequence[str], target_sets: Sequence[str],
@@ -145,3 +145,20 @@ def run_fleet(target_sets: Sequence[str], out: Path, seed: int = 0) -> Path:
                 bar.update(task, advance=1, description=f"{fleet.NAME} [{s}] {what}")
             results.append(fleet.run_fleet(s, seed, tick=tick))
     return fleet.write(results, out, time.process_time() - cpu0)
+
+
+def run_scale_to_zero(target_sets: Sequence[str], out: Path, seed: int = 0) -> Path:
+    """The scale-to-zero scenario (many models, mostly idle) for each target set, with a
+    progress bar; written to ``out/scale-to-zero.md`` (the main report is untouched)."""
+    check([], target_sets)
+    runs = scale_to_zero.settings()
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn())
+    results = []
+    with Progress(*cols) as bar:
+        task = bar.add_task(scale_to_zero.NAME, total=len(target_sets) * len(runs))
+        for s in target_sets:
+            def tick(what: str, s: str = s) -> None:
+                bar.update(task, advance=1, description=f"{scale_to_zero.NAME} [{s}] {what}")
+            results.append(scale_to_zero.run_scenario(s, seed, runs=runs, tick=tick))
+    return scale_to_zero.write(results, out)

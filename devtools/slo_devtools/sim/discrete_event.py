@@ -39,6 +39,18 @@ sends a later turn to the replica holding its conversation's prefix while that r
 admits it at once (no queue, under the live limit), as a prefix-aware router (llm-d's
 inference scheduler, vLLM's production-stack router) does; otherwise to the least loaded.
 
+Scale to zero (:class:`Activator`): a service with an activator may run zero replicas. A
+request arriving while the service has no Ready replica (at zero, or its replicas still
+starting) is held by the activator, as in the cluster (``slo_operator.activator``): in a
+bounded queue (full: rejected, the cluster's 429), for at most the timeout counted from
+the first held request (then every held request fails, the cluster's 504). The first held
+request records a :class:`~slo_operator.api.activation.Wake` (``Service.wake``:
+requested_at, held) and later ones update its count at most every
+``update_interval_s``; every write calls ``Service.on_wake`` (the operator's watch on the
+annotation decides at once). When a replica is Ready every held request is forwarded:
+from then on it is an ordinary request whose pod-side latency starts at the forward
+(``Req.t``), while ``Req.arrived`` keeps the client's arrival.
+
 Chunked-prefill budget: every replica runs with the ``--max-num-batched-tokens`` its pod
 was started with. :meth:`Service.set_budget` changes the Deployment's value: replicas still
 starting take it; every ready replica is replaced by a rolling update (a new cold replica
@@ -49,13 +61,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from slo_devtools.sim.traces import Request
+from slo_operator.activator.app import WAKE_UPDATE_INTERVAL_S
+from slo_operator.api.activation import DEFAULT_QUEUE_PER_SERVICE, DEFAULT_WAKE_TIMEOUT_S, Wake
 from slo_runtime import contract
 from slo_runtime.stepmodel import StepModel
 
@@ -78,6 +93,7 @@ class Req:
 
     __slots__ = (
         "admit_at",
+        "arrived",
         "d0",
         "done_at",
         "first_at",
@@ -95,7 +111,8 @@ class Req:
     )
 
     def __init__(self, r: Request) -> None:
-        self.t = r.t
+        self.t = r.t  # reached a pod's gateway (forwarded by the activator if held)
+        self.arrived = r.t  # the client sent it
         self.prompt = r.prompt
         self.output = r.output
         self.tenant = r.tenant
@@ -144,6 +161,42 @@ class Finished:
     prompt: int
     output: int
     preemptions: int
+    arrived: float = -1.0  # the client sent it (before t when the activator held it)
+
+    @property
+    def sent(self) -> float:
+        """When the client sent the request (``t`` unless it was held)."""
+        return self.arrived if self.arrived >= 0 else self.t
+
+
+@dataclass(frozen=True)
+class Activator:
+    """The activator's settings for one service (``slo-operator activator``'s defaults)."""
+
+    queue: int = DEFAULT_QUEUE_PER_SERVICE  # held requests at most; more are rejected (429)
+    timeout_s: float = DEFAULT_WAKE_TIMEOUT_S  # from the first held request; then 504
+    update_interval_s: float = WAKE_UPDATE_INTERVAL_S  # least time between count updates
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """One wake of a service: the requests the activator held until a Ready replica (or
+    the timeout)."""
+
+    requested_at: float  # the first held request arrived
+    held: int  # requests held in this wake
+    served_at: float | None  # forwarded to a Ready replica (None: timed out)
+    timed_out: int = 0  # held requests answered 504
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A request the activator answered without a replica: ``429`` (queue full, at once)
+    or ``504`` (no Ready replica within the timeout)."""
+
+    arrived: float
+    at: float
+    status: int
 
 
 class Replica:
@@ -430,7 +483,7 @@ class Service:
                  max_num_seqs: int = 256, limit: int | None = None,
                  max_num_batched_tokens: int = 2048, routing: str = "bound",
                  gpus_per_replica: int = 1, warm: bool = True,
-                 prefix_routing: bool = True) -> None:
+                 prefix_routing: bool = True, activator: Activator | None = None) -> None:
         if routing not in ("bound", "central"):
             raise ValueError(f"routing: must be 'bound' or 'central', got {routing!r}")
         self.sim = sim
@@ -467,6 +520,18 @@ class Service:
         self.scale_actions = 0
         self.limit_changes = 0
         self.events: list[tuple[float, int, int]] = []  # (time, desired replicas, limit)
+        # Scale to zero: the activator's queue for this service and what it recorded.
+        self.activator = activator
+        self.held: deque[Req] = deque()
+        self.hold_id = 0  # the hold in progress (a timeout event carries its id)
+        self.hold_total = 0  # requests held in the hold in progress
+        self.wake: Wake | None = None  # the last wake written (the annotation)
+        self.on_wake: Callable[[float], None] | None = None  # the operator's watch
+        self._wake_written = -math.inf
+        self._wake_due = False  # a count update waits for the update interval
+        self.cold_starts: list[ColdStart] = []
+        self.held_waits: list[float] = []  # seconds each forwarded held request waited
+        self.failed: list[Failed] = []
         self.set_replicas(replicas, sim.now, warm=warm)
 
     # --- metrics ---------------------------------------------------------------------------
@@ -487,7 +552,8 @@ class Service:
         self.e2e.observe(e2e)
         if r.output > 1:
             self.tpot.observe((now - r.first_at) / (r.output - 1))
-        self.finished.append(Finished(r.t, r.first_at, now, r.prompt, r.output, r.preemptions))
+        self.finished.append(Finished(r.t, r.first_at, now, r.prompt, r.output, r.preemptions,
+                                      r.arrived))
 
     # --- replicas ----------------------------------------------------------------------------
     def active(self) -> list[Replica]:
@@ -595,6 +661,8 @@ class Service:
             rep.replaces = None
             if old.phase is Phase.READY:
                 self._drain(old, now)
+        if self.held:
+            self._forward_held(now)
         if self.routing == "central":
             self.pull(rep, now)
         else:
@@ -635,8 +703,80 @@ class Service:
 
     # --- routing -------------------------------------------------------------------------
     def arrive(self, r: Request, now: float) -> None:
+        if self.activator is not None and not any(
+                rep.phase is Phase.READY for rep in self.replicas):
+            self._hold(Req(r), now)
+            return
         self.arrivals += 1
         self.route(Req(r), now)
+
+    # --- the activator ---------------------------------------------------------------------
+    def _hold(self, q: Req, now: float) -> None:
+        """No Ready replica: the activator holds ``q`` (or rejects it, its queue full)."""
+        act = self.activator
+        assert act is not None
+        if len(self.held) >= act.queue:
+            self.failed.append(Failed(q.arrived, now, 429))
+            return
+        first = not self.held
+        self.held.append(q)
+        self.hold_total += 1
+        if first:
+            self.hold_id += 1
+            self.hold_total = 1
+            self.sim.push(now + act.timeout_s, self._hold_timeout, self.hold_id)
+            self._write_wake(Wake(requested_at=now, held=1), now)
+        elif not self._wake_due:
+            self._wake_due = True
+            self.sim.push(max(now, self._wake_written + act.update_interval_s),
+                          self._wake_update, self.hold_id)
+
+    def _write_wake(self, wake: Wake, now: float) -> None:
+        self.wake = wake
+        self._wake_written = now
+        if self.on_wake is not None:
+            # The watch delivers the annotation at once: decide after this event.
+            self.sim.push(now, self._deliver_wake, None)
+
+    def _deliver_wake(self, now: float, _: object) -> None:
+        if self.on_wake is not None:
+            self.on_wake(now)
+
+    def _wake_update(self, now: float, hold_id: int) -> None:
+        self._wake_due = False
+        if hold_id != self.hold_id or not self.held or self.wake is None:
+            return
+        if self.wake.held != self.hold_total:
+            self._write_wake(replace(self.wake, held=self.hold_total), now)
+
+    def _forward_held(self, now: float) -> None:
+        """A replica is Ready: every held request goes to the pods (their gateway's clock
+        starts now)."""
+        wake = self.wake
+        requested = wake.requested_at if wake is not None else self.held[0].arrived
+        self.cold_starts.append(ColdStart(requested, self.hold_total, now))
+        held, self.held = self.held, deque()
+        self.hold_id += 1  # its timeout no longer applies
+        for q in held:
+            self.held_waits.append(now - q.arrived)
+            q.t = now
+            self.arrivals += 1
+            self.route(q, now, kick=False)
+        if wake is not None:
+            self._write_wake(replace(wake, held=self.hold_total, served_at=now,
+                                     waited_s=now - wake.requested_at), now)
+
+    def _hold_timeout(self, now: float, hold_id: int) -> None:
+        if hold_id != self.hold_id or not self.held:
+            return
+        held, self.held = self.held, deque()
+        self.hold_id += 1
+        wake = self.wake
+        requested = wake.requested_at if wake is not None else held[0].arrived
+        self.cold_starts.append(ColdStart(requested, self.hold_total, None, len(held)))
+        self.failed.extend(Failed(q.arrived, now, 504) for q in held)
+        if wake is not None:
+            self._write_wake(replace(wake, held=self.hold_total, timed_out_at=now), now)
 
     def route(self, q: Req, now: float, kick: bool = True) -> None:
         if self.routing == "central":

@@ -774,13 +774,20 @@ OPERATOR_PERIOD_S = 20.0
 
 
 def policy_spec(obj: Objectives, max_replicas: int, max_batch: int = 256,
-                min_replicas: int = 1) -> SLOPolicySpec:
-    """The SLOPolicy a user would write for these objectives."""
+                min_replicas: int = 1, *, scale_to_zero: bool = False,
+                idle_before_zero: str | None = None) -> SLOPolicySpec:
+    """The SLOPolicy a user would write for these objectives (``scaleToZero`` and
+    ``idleBeforeZero`` as given; ``None``: the policy's default)."""
+    scaling: dict[str, object] = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
+    if scale_to_zero:
+        scaling["scaleToZero"] = True
+    if idle_before_zero is not None:
+        scaling["idleBeforeZero"] = idle_before_zero
     return SLOPolicySpec.model_validate({
         "objectives": {"e2eLatencyMs": int(obj.e2e_ms), "ttftMs": int(obj.ttft_ms),
                        "interTokenLatencyMs": int(obj.itl_p99_ms),
                        **({"throughputCVMax": obj.jitter_max} if obj.jitter_max else {})},
-        "scaling": {"minReplicas": min_replicas, "maxReplicas": max_replicas},
+        "scaling": scaling,
         "batching": {"mode": "live", "maxBatch": max_batch},
     })
 
@@ -825,6 +832,8 @@ class SloOperator:
         obs = observation(ctx.scraper, ctx.svc, now, window, pct,
                           hardware=ctx.hardware, precision=ctx.precision,
                           model_size_b=self.model_size_b)
+        if ctx.svc.wake is not None:
+            obs = replace(obs, wake=ctx.svc.wake)  # the activator's annotation
         if self.history is not None:
             rep = slo_report(self.history, self.spec.attainment_target, period, now)
             obs = replace(obs, error_budget_left=rep.error_budget_remaining)

@@ -10,6 +10,14 @@ A tenant's replicas run with its ``true_model`` when it has one (a fleet faster 
 than its profile says); policies are handed ``model``, the profile the operator seeds
 with, and never see the true one. The oracle and static runs simulate the true fleet.
 
+Scale to zero: a tenant with an ``activator`` is served through one while it has no Ready
+replica (``discrete_event.Activator``); each wake the activator writes runs the tenant's
+policy at once (the operator's watch on the wake annotation), besides its periodic passes.
+Windows are judged twice: pod-side (``windows``, what the SLO windows of the cluster see:
+a held request counts from when the activator forwarded it) and client-side
+(``client_windows``: from when the client sent it, and a window in which the activator
+answered a request 429 or 504 is not good).
+
 Chunked-prefill budget: replicas start with the tenant's ``max_num_batched_tokens``. Where
 the tenant lets policies choose it (``budget_settable``), a policy may set it before the
 run (an ``initial_chunk_budget(ctx)`` method returning the value its Deployment would be
@@ -26,7 +34,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from slo_devtools.sim.discrete_event import ITL_BIN_S, Finished, Phase, Service, Simulation
+from slo_devtools.sim.discrete_event import (
+    ITL_BIN_S,
+    Activator,
+    ColdStart,
+    Failed,
+    Finished,
+    Phase,
+    Service,
+    Simulation,
+)
 from slo_devtools.sim.policies import Context, Objectives, Policy
 from slo_devtools.sim.scrape import Scraper
 from slo_devtools.sim.traces import Request, Trace
@@ -57,6 +74,7 @@ class Tenant:
     true_model: StepModel | None = None
     budget_settable: bool = False  # may a policy choose --max-num-batched-tokens?
     prefix_routing: bool = True  # a later turn goes to the replica holding its prefix
+    activator: Activator | None = None  # scale to zero: held while no replica is Ready
 
     @property
     def replica_model(self) -> StepModel:
@@ -105,6 +123,12 @@ class TenantResult:
     budget: int = 0  # --max-num-batched-tokens at the end of the run
     budget_changes: int = 0
     prefix_hit_share: float | None = None  # prompt tokens found cached / looked up
+    # Scale to zero (a tenant with an activator): client-side windows (from the client's
+    # send, failures count), the wakes, each forwarded held request's wait, the failures.
+    client_windows: list[WindowStat] | None = None
+    cold_starts: tuple[ColdStart, ...] = ()
+    held_waits: tuple[float, ...] = ()
+    failed: tuple[Failed, ...] = ()
 
     def attainment_from(self, start: float) -> float:
         """Good windows over windows with finished requests, of those starting at or
@@ -163,7 +187,7 @@ class RunResult:
         return self.gpu_hours * 3600.0 / self.sim_s if self.sim_s else 0.0
 
 
-def _pct(xs: Sequence[float], q: float) -> float | None:
+def percentile(xs: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..1) of ``xs``; None when empty."""
     if not xs:
         return None
@@ -197,15 +221,21 @@ def jitter_of(done: Sequence[Finished]) -> float | None:
 
 def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[int]],
                  arrivals: Sequence[float], start: float, end: float, window_s: float,
-                 obj: Objectives) -> list[WindowStat]:
-    """Per-window ground truth over [start, end) for requests finished in each window."""
+                 obj: Objectives, failed: Sequence[Failed] = ()) -> list[WindowStat]:
+    """Per-window ground truth over [start, end) for requests finished in each window; a
+    window in which a request ``failed`` (answered without a replica) is not good."""
     n = max(1, math.ceil((end - start) / window_s))
     by: list[list[Finished]] = [[] for _ in range(n)]
     arr = [0] * n
+    bad = [0] * n
     for f in finished:
         i = int((f.done - start) // window_s)
         if 0 <= i < n:
             by[i].append(f)
+    for x in failed:
+        i = int((x.at - start) // window_s)
+        if 0 <= i < n:
+            bad[i] += 1
     for t in arrivals:
         i = int((t - start) // window_s)
         if 0 <= i < n:
@@ -214,17 +244,23 @@ def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[i
     w0 = int(start // window_s)
     for i in range(n):
         done = by[i]
-        e2e = _pct([f.done - f.t for f in done], 0.99)
-        ttft = _pct([f.first - f.t for f in done], 0.95)
+        e2e = percentile([f.done - f.t for f in done], 0.99)
+        ttft = percentile([f.first - f.t for f in done], 0.95)
         itl = _bins_pct(itl_bins.get(w0 + i), 0.99)
         jit = jitter_of(done)
-        good = (e2e is None or e2e * 1e3 <= obj.e2e_ms) and \
+        good = not bad[i] and (e2e is None or e2e * 1e3 <= obj.e2e_ms) and \
             (ttft is None or ttft * 1e3 <= obj.ttft_ms) and \
             (itl is None or itl * 1e3 <= obj.itl_p99_ms) and \
             (obj.jitter_max is None or jit is None or jit <= obj.jitter_max)
-        out.append(WindowStat(start + i * window_s, arr[i], len(done), e2e, ttft, itl, jit,
-                              good))
+        out.append(WindowStat(start + i * window_s, arr[i], len(done) + bad[i], e2e, ttft,
+                              itl, jit, good))
     return out
+
+
+def as_sent(finished: Sequence[Finished]) -> list[Finished]:
+    """``finished`` timed from when each client sent its request (the activator's wait in)."""
+    return [f if f.arrived < 0 or f.arrived == f.t else replace(f, t=f.arrived)
+            for f in finished]
 
 
 class Placer(Protocol):
@@ -256,7 +292,7 @@ def build_sim(workload: Workload, requests: Sequence[Request] | None = None, *,
                                    max_num_seqs=t.max_num_seqs,
                                    max_num_batched_tokens=t.max_num_batched_tokens,
                                    routing=routing or t.routing, warm=warm,
-                                   prefix_routing=t.prefix_routing)
+                                   prefix_routing=t.prefix_routing, activator=t.activator)
     sim.services = services
     return sim, services
 
@@ -331,6 +367,8 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
         # known in advance (the oracle's) needs no metrics.
         first = 0.0 if getattr(pol, "foresight", False) else window_s + 0.5
         sim.every(pol.period_s, tick, start=first)
+        if t.activator is not None:
+            ctx.svc.on_wake = tick  # the watch on the wake annotation decides at once
     end = trace.duration
     sim.run(trace.requests, lambda r: services[r.tenant], end + tail_s, progress)
     tenants = {}
@@ -342,12 +380,19 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
         tenants[t.name] = TenantResult(
             t.name, wins, svc.gpu_seconds(end), svc.scale_actions, svc.limit_changes,
             svc.preemptions, series[t.name],
-            e2e_p99=_pct([f.done - f.t for f in svc.finished if f.done < end], 0.99),
-            ttft_p95=_pct([f.first - f.t for f in svc.finished if f.done < end], 0.95),
+            e2e_p99=percentile([f.done - f.t for f in svc.finished if f.done < end], 0.99),
+            ttft_p95=percentile([f.first - f.t for f in svc.finished if f.done < end], 0.95),
             pool_gpu_seconds=svc.gpu_seconds_by_pool(end), budget=svc.budget,
             budget_changes=svc.budget_changes,
             prefix_hit_share=svc.prefix_hits / svc.prefix_queries if svc.prefix_queries
             else None)
+        if t.activator is not None:
+            tr = tenants[t.name]
+            tr.client_windows = window_stats(as_sent(svc.finished), svc.itl_bins, arrivals, 0.0,
+                                             end, window_s, t.objectives, svc.failed)
+            tr.cold_starts = tuple(svc.cold_starts)
+            tr.held_waits = tuple(svc.held_waits)
+            tr.failed = tuple(svc.failed)
     names = {p.name for p in policies.values()}
     return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
                      time.process_time() - cpu0, end)
