@@ -11,6 +11,7 @@ import copy
 import json
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,3 +191,147 @@ def test_the_role_grants_no_secrets_exec_rbac_or_wildcards(cluster: LocalCluster
                      desc=f"binding effective for {sa}")
     assert [r for r in NEEDED if not _allowed(cluster, user, namespace, *r)] == []
     assert [r for r in NEVER if _allowed(cluster, user, namespace, *r)] == []
+
+
+# ------------------------------------------------------------------ scale to zero
+
+ACTIVATOR = "slo-operator-activator"  # the activator's objects for release slo-operator
+SLICES = "discovery.k8s.io"
+
+
+def _bind_checked(cluster: LocalCluster, role: dict[str, Any], sa: str,
+                  probe: tuple[str, str, str, str], namespace: str) -> tuple[Path, str]:
+    """Bind ``role`` to a new ServiceAccount in the operator's namespace (so every request
+    below crosses namespaces); wait until ``probe`` is allowed (the authorizer's cache)."""
+    from tests.integration.operator_support import OPERATOR_NS, ensure_namespace
+
+    ensure_namespace(cluster, OPERATOR_NS)
+    kubeconfig = bind_role(cluster, role, OPERATOR_NS, sa)
+    user = f"system:serviceaccount:{OPERATOR_NS}:{sa}"
+    cluster.wait_for(lambda: _allowed(cluster, user, namespace, *probe), timeout=30,
+                     desc=f"binding effective for {sa}")
+    return kubeconfig, user
+
+
+def _chart_role(cluster: LocalCluster, template: str, *args: str) -> dict[str, Any]:
+    import yaml
+
+    from tests.integration.operator_support import CHART, OPERATOR_NS
+
+    out = cluster.helm("template", "slo-operator", str(CHART), "--namespace", OPERATOR_NS,
+                       *args, "--show-only", f"templates/{template}").stdout
+    return next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")
+
+
+def _inference_service(cluster: LocalCluster, namespace: str, name: str) -> str:
+    """Create an InferenceService (as the admin); return its uid."""
+    install_crds(cluster)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=f"""
+apiVersion: {GROUP}/v1alpha1
+kind: InferenceService
+metadata: {{name: {name}}}
+spec:
+  model: {{name: org/chat, sizeBillions: 8}}
+  hardware: {{gpuProducts: [H100]}}
+""")
+    return str(cluster.kubectl_json("get", "infsvc", "-n", namespace, name)["metadata"]["uid"])
+
+
+def test_operator_role_applies_and_deletes_route_slices_in_service_namespaces(
+    cluster: LocalCluster, namespace: str,
+) -> None:
+    """The chart's operator role (activator on) lets the operator's own server-side apply
+    write a service's route EndpointSlice in the service's namespace, and delete it; its
+    watch caches list and watch slices cluster-wide. With the activator off, it may still
+    watch and delete (a route left from before) but write none."""
+    from slo_operator.api.activation import ActivatorEndpoints
+    from slo_operator.render.objects import RenderInput, build_activator_route
+
+    uid = _inference_service(cluster, namespace, "chat")
+    sa = f"route-{uuid.uuid4().hex[:6]}"
+    kubeconfig, user = _bind_checked(cluster, chart_cluster_role(cluster), sa,
+                                     ("create", SLICES, "endpointslices", ""), namespace)
+    inp = RenderInput(name="chat", namespace=namespace, uid=uid, engine_image="vllm",
+                      runtime_image="rt", engine_args=())
+    api = load_api_client(str(kubeconfig))
+    try:
+        kube = Kube(api)
+        route = build_activator_route(inp, ActivatorEndpoints(("10.1.0.1", "10.1.0.2")))
+        name = route["metadata"]["name"]
+        kube.apply(route)  # creates
+        kube.apply(build_activator_route(inp, ActivatorEndpoints(("10.1.0.3",))))  # patches
+        got = cluster.kubectl_json("get", "endpointslice", "-n", namespace, name)
+        assert [e["addresses"] for e in got["endpoints"]] == [["10.1.0.3"]]
+        kube.delete("EndpointSlice", namespace, name)  # a replica is Ready again
+        gone = cluster.kubectl("get", "endpointslice", "-n", namespace, name, check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    for verb in ("list", "watch"):  # cluster-wide: the kopf indexes
+        assert _allowed(cluster, user, "", verb, SLICES, "endpointslices", "")
+
+    off = _chart_role(cluster, "clusterrole.yaml", "--set", "activator.enabled=false")
+    sa_off = f"route-off-{uuid.uuid4().hex[:6]}"
+    _, user_off = _bind_checked(cluster, off, sa_off,
+                                ("delete", SLICES, "endpointslices", ""), namespace)
+    assert [v for v in ("list", "watch", "delete")
+            if not _allowed(cluster, user_off, namespace, v, SLICES, "endpointslices", "")] == []
+    assert [v for v in ("create", "patch", "update")
+            if _allowed(cluster, user_off, namespace, v, SLICES, "endpointslices", "")] == []
+
+
+# What the activator must never be able to do: it holds requests and writes one annotation.
+ACTIVATOR_NEVER = [
+    ("get", "", "secrets", ""), ("list", "", "secrets", ""), ("delete", "", "pods", ""),
+    ("create", "", "pods", ""), ("create", "", "pods", "exec"), ("patch", "", "pods", ""),
+    ("get", "", "services", ""), ("patch", "", "services", ""),
+    ("delete", "", "services", ""),
+    ("create", SLICES, "endpointslices", ""), ("patch", SLICES, "endpointslices", ""),
+    ("delete", SLICES, "endpointslices", ""),
+    ("patch", GROUP, "inferenceservices", "status"), ("delete", GROUP, "inferenceservices", ""),
+    ("create", GROUP, "inferenceservices", ""), ("update", GROUP, "inferenceservices", ""),
+    ("patch", GROUP, "slopolicies", ""), ("patch", "apps", "deployments", ""),
+    ("create", "", "events", ""), ("impersonate", "", "users", ""),
+    ("create", "", "serviceaccounts", "token"),
+    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+]
+
+
+async def test_activator_role_runs_its_watches_and_wake_write_and_nothing_else(
+    cluster: LocalCluster, namespace: str,
+) -> None:
+    """The chart's activator role, for real: the activator's two cluster-wide watches list
+    (it turns ready) and its wake annotation is written, as its ServiceAccount; the API
+    server's authorizer refuses it everything else that matters."""
+    import asyncio
+
+    from slo_operator.activator.apiserver import KubeRoutes, KubeWaker
+    from slo_operator.api.activation import ANNOTATION_WAKE, Wake, parse_wake
+    from tests.runtime.rt_support import wait_until
+
+    role = _chart_role(cluster, "activator-rbac.yaml")
+    assert role["metadata"]["name"] == ACTIVATOR
+    for rule in role["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(key, []), rule
+    _inference_service(cluster, namespace, "chat")
+    sa = f"act-{uuid.uuid4().hex[:6]}"
+    kubeconfig, user = _bind_checked(cluster, role, sa,
+                                     ("patch", GROUP, "inferenceservices", ""), namespace)
+    api = load_api_client(str(kubeconfig))
+    routes = KubeRoutes(api)
+    try:
+        routes.start(asyncio.get_running_loop())
+        await wait_until(lambda: routes.synced, timeout=30)  # both lists answered
+        wake = Wake(requested_at=1_700_000_000.5, held=2, by="activator-0")
+        await KubeWaker(api).wake(namespace, "chat", wake)
+    finally:
+        await asyncio.to_thread(routes.stop)
+        api.close()  # type: ignore[no-untyped-call]
+    body = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat")
+    assert parse_wake(body["metadata"]["annotations"][ANNOTATION_WAKE]) == wake
+    for verb, resource in (("list", "services"), ("watch", "services")):
+        assert _allowed(cluster, user, "", verb, "", resource, "")
+    for verb in ("list", "watch"):
+        assert _allowed(cluster, user, "", verb, SLICES, "endpointslices", "")
+    assert [r for r in ACTIVATOR_NEVER if _allowed(cluster, user, namespace, *r)] == []

@@ -54,6 +54,7 @@ def apply_crds(cluster: LocalCluster) -> None:
                  id="namespaced-three-replicas"),
     pytest.param(("--set", "peering.enabled=false", "--set", "replicaCount=1",
                   "--set", "metrics.enabled=false"), id="standalone-no-metrics"),
+    pytest.param(("--set", "activator.enabled=false",), id="no-activator"),
 ])
 def test_rendered_chart_is_accepted_by_the_api_server(cluster: LocalCluster,
                                                       args: tuple[str, ...]) -> None:
@@ -66,9 +67,20 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster: LocalCluster,
                            input=yaml.safe_dump_all(docs), check=False)
     assert proc.returncode == 0, proc.stderr
     kinds = {d["kind"] for d in docs}
+    activator = {(d["kind"], d["metadata"]["name"]) for d in docs
+                 if d["metadata"]["name"] == f"{RELEASE}-activator"}
+    if "activator.enabled=false" in args:
+        assert activator == set()
+    else:
+        assert activator == {(k, f"{RELEASE}-activator") for k in (
+            "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+            "PodDisruptionBudget")}
     if "peering.enabled=false" in args:
-        assert not kinds & {"ClusterKopfPeering", "KopfPeering", "PodDisruptionBudget"}
-        dep = next(d for d in docs if d["kind"] == "Deployment")
+        assert not kinds & {"ClusterKopfPeering", "KopfPeering"}
+        assert [d for d in docs if d["kind"] == "PodDisruptionBudget"
+                and d["metadata"]["name"] == RELEASE] == []
+        dep = next(d for d in docs
+                   if d["kind"] == "Deployment" and d["metadata"]["name"] == RELEASE)
         assert dep["spec"]["strategy"]["type"] == "Recreate"
     elif any("watchNamespaces" in a for a in args):
         peerings = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "KopfPeering")
@@ -103,6 +115,16 @@ def test_operator_prometheus_rule_parses(cluster: LocalCluster, tmp_path: Path) 
     pytest.param(("--set", "watchNamespaces={Team_A}"), "/watchNamespaces/0",
                  id="namespace-not-dns"),
     pytest.param(("--set", "replicas=2"), "'replicas' not allowed", id="misspelt-key"),
+    pytest.param(("--set", "activator.port=80"), "/activator/port",
+                 id="activator-privileged-port"),
+    pytest.param(("--set", "activator.replicas=0"), "/activator/replicas",
+                 id="activator-zero-replicas"),
+    pytest.param(("--set", "activator.queuePerService=0"), "/activator/queuePerService",
+                 id="activator-empty-queue"),
+    pytest.param(("--set", "activator.timeoutSeconds=0"), "/activator/timeoutSeconds",
+                 id="activator-no-timeout"),
+    pytest.param(("--set", "activator.queue=5"), "'queue' not allowed",
+                 id="activator-misspelt-key"),
 ])
 def test_values_schema_names_the_bad_value(cluster: LocalCluster, args: tuple[str, ...],
                                            want: str) -> None:
@@ -291,6 +313,12 @@ def test_upgrade_applies_crds_and_values_then_uninstall_removes_everything_but_c
                            ("service", f"{RELEASE}-metrics", NS),
                            ("clusterrole", RELEASE, None),
                            ("clusterrole", f"{RELEASE}-peering", None),
+                           ("deployment", f"{RELEASE}-activator", NS),
+                           ("service", f"{RELEASE}-activator", NS),
+                           ("serviceaccount", f"{RELEASE}-activator", NS),
+                           ("poddisruptionbudget", f"{RELEASE}-activator", NS),
+                           ("clusterrole", f"{RELEASE}-activator", None),
+                           ("clusterrolebinding", f"{RELEASE}-activator", None),
                            ("clusterkopfpeering", RELEASE, None)):
         args = ["get", kind, name] + (["-n", ns] if ns else [])
         proc = cluster.kubectl(*args, check=False)

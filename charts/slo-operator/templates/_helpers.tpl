@@ -30,3 +30,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: slo-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- /* The activator (scale to zero): its own name and selector, so that neither the
+operator's Deployment, PDB nor metrics Service selects its pods. */}}
+{{- define "slo-operator.activatorName" -}}
+{{- printf "%s-activator" (include "slo-operator.fullname" . | trunc 53 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "slo-operator.activatorSelectorLabels" -}}
+app.kubernetes.io/name: slo-operator-activator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "slo-operator.activatorLabels" -}}
+{{ include "slo-operator.activatorSelectorLabels" . }}
+app.kubernetes.io/component: activator
+app.kubernetes.io/part-of: slo-operator
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "slo-operator.activatorServiceAccountName" -}}
+{{- default (include "slo-operator.activatorName" .) .Values.activator.serviceAccount.name -}}
+{{- end -}}
