@@ -129,6 +129,7 @@ class TenantResult:
     cold_starts: tuple[ColdStart, ...] = ()
     held_waits: tuple[float, ...] = ()
     failed: tuple[Failed, ...] = ()
+    zero_s: float = 0.0  # seconds of the trace the policy wanted zero replicas
 
     def attainment_from(self, start: float) -> float:
         """Good windows over windows with finished requests, of those starting at or
@@ -255,6 +256,20 @@ def window_stats(finished: Sequence[Finished], itl_bins: Mapping[int, Sequence[i
         out.append(WindowStat(start + i * window_s, arr[i], len(done) + bad[i], e2e, ttft,
                               itl, jit, good))
     return out
+
+
+def zero_seconds(events: Sequence[tuple[float, int, int]], end: float) -> float:
+    """Seconds of [0, end) during which the desired replicas (``Service.events``) were 0."""
+    total, since = 0.0, None
+    for at, desired, _ in events:
+        if at >= end:
+            break
+        if desired == 0 and since is None:
+            since = at
+        elif desired != 0 and since is not None:
+            total += at - since
+            since = None
+    return total + (end - since if since is not None else 0.0)
 
 
 def as_sent(finished: Sequence[Finished]) -> list[Finished]:
@@ -393,6 +408,7 @@ def simulate(workload: Workload, policies: Mapping[str, Policy], *, label: str |
             tr.cold_starts = tuple(svc.cold_starts)
             tr.held_waits = tuple(svc.held_waits)
             tr.failed = tuple(svc.failed)
+            tr.zero_s = zero_seconds(svc.events, end)
     names = {p.name for p in policies.values()}
     return RunResult(label or "/".join(sorted(names)), workload.name, tenants,
                      time.process_time() - cpu0, end)

@@ -195,6 +195,7 @@ class Summary:
     timeouts: int  # 504
     rejected: int  # 429
     at_zero: int  # services that went to zero at least once
+    mean_at_zero: float  # services at zero on average over the hour
     requests: int
 
 
@@ -212,8 +213,8 @@ def summarize(run: RunResult, names: Sequence[str] | None = None,
         wait_max=max(waits) if waits else None,
         timeouts=sum(1 for t in ts for f in t.failed if f.status == 504),
         rejected=sum(1 for t in ts for f in t.failed if f.status == 429),
-        at_zero=sum(1 for t in ts if any(n == 0 for at, n, _, _ in t.series
-                                         if at < run.sim_s)),
+        at_zero=sum(1 for t in ts if t.zero_s > 0),
+        mean_at_zero=sum(t.zero_s for t in ts) / run.sim_s if run.sim_s else 0.0,
         requests=sum(w.arrivals for t in ts for w in t.windows))
 
 
@@ -263,16 +264,18 @@ def table(res: ScenarioResult, group: str = "all") -> list[str]:
     sums = [summarize(r, names) for r in res.runs]
     base = sums[0]
     lines = ["| run | GPU-h | x GPU-h | pod-side attainment % | client-side attainment % | "
-             "x client-side | services at zero | cold starts | held requests | "
-             "wait p50 / p95 / max s | 504 | 429 |",
+             "x client-side | services at zero: ever / mean | cold starts | held requests "
+             "(% of all) | wait p50 / p95 / max s | 504 | 429 |",
              "|" + "---|" * 12]
     for s in sums:
+        share = s.held / s.requests if s.requests else None
         lines.append(
             f"| {s.label} | {s.gpu_hours:.2f} | {_ratio(s.gpu_hours, base.gpu_hours)} | "
             f"{_f(s.pod_attainment, '.1f', 100)} | {_f(s.client_attainment, '.1f', 100)} | "
-            f"{_ratio(s.client_attainment, base.client_attainment)} | {s.at_zero} | "
-            f"{s.cold_starts} | {s.held} | {_f(s.wait_p50)} / {_f(s.wait_p95)} / "
-            f"{_f(s.wait_max)} | {s.timeouts} | {s.rejected} |")
+            f"{_ratio(s.client_attainment, base.client_attainment)} | {s.at_zero} / "
+            f"{s.mean_at_zero:.1f} | {s.cold_starts} | {s.held} ({_f(share, '.1f', 100)}) | "
+            f"{_f(s.wait_p50)} / {_f(s.wait_p95)} / {_f(s.wait_max)} | {s.timeouts} | "
+            f"{s.rejected} |")
     return lines
 
 
