@@ -282,7 +282,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     target = norm.target
     reason = _reason(target, cur, norm.recommendation, need.replicas, idle, err, norm.held,
                      in_flight, move.reason, obs.batch_limit, move.limit)
-    idle_since = (state.idle_since if state.idle_since is not None else now) if idle else None
+    # The idle clock runs only while nothing starts and no wake is fresh: a woken
+    # service's first replica starts with an empty window, and the requests it was woken
+    # for reach its series only after the activator forwards them.
+    quiet = idle and not in_flight and not _woke_lately(obs, policy, now)
+    idle_since = (state.idle_since if state.idle_since is not None else now) if quiet else None
     if to_zero(policy, idle_since, now, miss, in_flight):
         return _go_to_zero(obs, policy, state, now, idle_since or now, move.limit)
     explanation = Explanation(model=model, demand=demand, need=need, scale_in=scale_in,
@@ -794,6 +798,16 @@ def to_zero(policy: ControlPolicy, idle_since: float | None, now: float, miss: f
     return (policy.scale_to_zero and idle_since is not None
             and now - idle_since >= policy.idle_before_zero_s
             and (miss is None or miss <= 1.0) and not in_flight)
+
+
+def _woke_lately(obs: Observation, policy: ControlPolicy, now: float) -> bool:
+    """A wake still holds requests, or served them less than a window ago."""
+    w = obs.wake
+    if w is None:
+        return False
+    if w.served_at is None:
+        return w.timed_out_at is None
+    return now - w.served_at < policy.window_s
 
 
 def _go_to_zero(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,

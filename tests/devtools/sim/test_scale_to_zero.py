@@ -230,11 +230,6 @@ def test_bench_scale_to_zero_scenario_refuses_a_trace_file(tmp_path: Path) -> No
     assert "Traceback" not in r.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "control.law: the idle clock (state.idle_since) runs while the woken replica starts, "
-    "when no pod can see a request; an idleBeforeZero shorter than a cold start plus a pass "
-    "goes to zero at the first pass after the replica is Ready, before a scrape shows the "
-    "requests the activator just forwarded"))
 def test_a_woken_service_stays_up_while_the_requests_it_was_woken_for_run() -> None:
     # Woken at 3073 s: the next pass (3080.5) starts the idle clock; the replica is Ready
     # at 3135.1, just after the scrape of 3135; the pass of 3140.5 reads that scrape.

@@ -997,3 +997,21 @@ def test_messages_of_scale_to_zero_read_as_pinned(golden: Any) -> None:
     golden.check("control", "law.zero.stay", loop.step(**AT_ZERO).message)
     woken = loop.step(wake=Wake(requested_at=loop.now, held=3), **AT_ZERO)
     golden.check("control", "law.zero.woken", woken.message)
+
+
+def test_a_woken_service_keeps_its_idle_clock_stopped_until_a_window_after_the_wake() -> None:
+    """The first replica starts with an empty window and the requests it was woken for
+    reach its series only once forwarded: neither starts the idle clock."""
+    loop = Loop(replicas=1, policy=replace(zero_policy(), idle_before_zero_s=2 * CYCLE))
+    loop.run(300, rate=5.0, running=2.0)
+    loop.run(600, **IDLE)
+    assert loop.replicas == 0
+    wake = Wake(requested_at=loop.now, held=1)
+    assert loop.step(wake=wake, **AT_ZERO).replicas == 1
+    starting = loop.run(120, wake=wake, starting=1, ready=0, **IDLE)
+    assert all(d.replicas == 1 and d.state.idle_since is None for d in starting)
+    served = Wake(requested_at=wake.requested_at, held=1, served_at=loop.now, waited_s=60.0)
+    fresh = loop.run(loop.policy.window_s, wake=served, **IDLE)
+    assert all(d.replicas == 1 and d.state.idle_since is None for d in fresh)
+    later = loop.run(4 * CYCLE, wake=served, **IDLE)
+    assert later[-1].replicas == 0  # then the idle period as usual
