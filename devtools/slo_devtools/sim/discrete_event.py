@@ -69,8 +69,12 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from slo_devtools.sim.traces import Request
-from slo_operator.activator.app import WAKE_UPDATE_INTERVAL_S
-from slo_operator.api.activation import DEFAULT_QUEUE_PER_SERVICE, DEFAULT_WAKE_TIMEOUT_S, Wake
+from slo_operator.api.activation import (
+    DEFAULT_QUEUE_PER_SERVICE,
+    DEFAULT_WAKE_TIMEOUT_S,
+    WAKE_UPDATE_INTERVAL_S,
+    Wake,
+)
 from slo_runtime import contract
 from slo_runtime.stepmodel import StepModel
 

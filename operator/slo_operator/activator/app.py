@@ -43,6 +43,7 @@ from slo_operator.api.activation import (
     DEFAULT_WAKE_TIMEOUT_S,
     RETRY_AFTER_S,
     SERVICE_HEADER,
+    WAKE_UPDATE_INTERVAL_S,
     Wake,
 )
 from slo_operator.api.cluster import ObjKey
@@ -59,8 +60,6 @@ from slo_runtime.proxy import (
 
 log = logging.getLogger(__name__)
 
-# A wake already recorded is written again for later arrivals at most this often.
-WAKE_UPDATE_INTERVAL_S = 5.0
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"

@@ -45,6 +45,8 @@ SERVICE_HEADER = "X-SLO-Service"
 # Defaults of the activator's queue (per service) and of how long it holds a request.
 DEFAULT_QUEUE_PER_SERVICE = 100
 DEFAULT_WAKE_TIMEOUT_S = 300.0
+# A wake already recorded is written again for later arrivals at most this often.
+WAKE_UPDATE_INTERVAL_S = 5.0
 # Seconds a client is told to wait before retrying when the queue is full (Retry-After).
 RETRY_AFTER_S = 5
 
