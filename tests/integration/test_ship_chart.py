@@ -96,8 +96,15 @@ def test_operator_prometheus_rule_parses(cluster: LocalCluster, tmp_path: Path) 
     docs = render(cluster, "--set", "prometheusRule.enabled=true",
                   "--set", "serviceMonitor.enabled=true")
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
-    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    monitor = monitors["slo-operator"]
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # The activator's hold times and timeouts are scraped from its own Service's pods.
+    activator = monitors["slo-operator-activator"]
+    service = next(d for d in docs if d["kind"] == "Service"
+                   and d["metadata"]["name"] == "slo-operator-activator")
+    assert activator["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert activator["spec"]["endpoints"][0]["port"] == "http"
     path = tmp_path / "operator-rules.yaml"
     path.write_text(yaml.safe_dump(rule["spec"]))
     proc = subprocess.run([str(promtool()), "check", "rules", str(path)],
