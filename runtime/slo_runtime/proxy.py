@@ -30,6 +30,8 @@ WHOLE_BODY_BYTES = 2**20
 # (handler_cancellation), or a write to the closed connection fails.
 CLIENT_GONE: tuple[type[BaseException], ...] = (
     asyncio.CancelledError, ConnectionError, aiohttp.ClientConnectionResetError)
+# What ends a relay half way: the client went away, or the upstream broke off its body.
+_BROKEN: tuple[type[BaseException], ...] = (*CLIENT_GONE, aiohttp.ClientPayloadError)
 # What an upstream that cannot be reached raises from :func:`send_upstream`.
 UPSTREAM_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError)
 
@@ -75,7 +77,7 @@ async def respond(request: web.Request, up: aiohttp.ClientResponse, *, stream: b
             body_out = await up.read()
             resp = web.Response(body=body_out, status=up.status, reason=up.reason,
                                 headers=CIMultiDict(headers_out))
-    except (*CLIENT_GONE, aiohttp.ClientPayloadError):
+    except _BROKEN:
         up.close()
         raise
     up.release()
