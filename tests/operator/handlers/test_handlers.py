@@ -12,17 +12,21 @@ from typing import Any, cast
 import kopf
 import pytest
 
+from slo_operator.api.activation import ANNOTATION_WAKE, Wake
 from slo_operator.api.cluster import Snapshot
 from slo_operator.api.observe import ServiceKey
 from slo_operator.handlers import indexes
+from slo_operator.handlers.inference_service import on_wake
 from slo_operator.handlers.setup import Context
 from slo_operator.handlers.slo_policy import on_policy
 from slo_operator.reconcile.caches import INDEX_NAMES, snapshot
+from slo_operator.reconcile.planner import plan_reconcile
 from slo_operator.reconcile.service import Settings, reconcile_service_sync
 from tests.operator.reconcile.fake import FakeKube
 from tests.operator.reconcile.prom_fake import FakeMetrics
 from tests.operator.reconcile.test_loop import QUIET, planned
-from tests.operator.reconcile.test_service import NOW, make_policy
+from tests.operator.reconcile.test_service import NOW, make_isvc, make_policy
+from tests.operator.reconcile.test_wake import WITH_ACTIVATOR, at_zero, zero_snapshot
 
 
 def test_the_snapshot_reads_exactly_the_indexes_the_handlers_register() -> None:
@@ -113,3 +117,30 @@ def test_the_service_cache_keeps_what_the_operator_reads_and_drops_the_rest() ->
     for kube, svc in ((kube_a, body), (kube_b, cached)):
         reconcile_service_sync(kube, svc, snap, NOW, Settings())
     assert kube_a.applies == kube_b.applies and kube_a.statuses == kube_b.statuses
+
+
+def test_a_wake_annotation_decides_for_its_service_at_once() -> None:
+    """The activator's wake reaches the operator as an annotation change; the handler
+    decides for that one service right away (not at the next pass): up from zero."""
+    first = plan_reconcile(at_zero(), zero_snapshot(), NOW, WITH_ACTIVATOR)
+    body = make_isvc(status=dict(first.status))
+    wake = Wake(requested_at=NOW.timestamp() - 1.0, held=2).to_annotation()
+    body["metadata"]["annotations"] = {ANNOTATION_WAKE: wake}
+    snap = replace(zero_snapshot(), services={("team-a", "chat"): indexes.slim(body)})
+    kube, metrics = FakeKube(), FakeMetrics()
+    memo = kopf.Memo()
+    memo.slo = Context(kube=cast(Any, kube), settings=WITH_ACTIVATOR, metrics=metrics)
+    call = on_wake(body=cast(kopf.Body, body), memo=memo, new=wake, **index_kwargs(snap))
+    asyncio.run(cast(Coroutine[Any, Any, None], call))
+    assert len(metrics.calls) == 1
+    statuses = [s for s in kube.statuses if "desiredReplicas" in s]
+    assert statuses and statuses[-1]["desiredReplicas"] == 1
+    assert [kind for kind, _ in kube.applies].count("Deployment") == 1  # scaled up
+
+
+def test_the_service_cache_keeps_the_wake_annotation_and_no_other() -> None:
+    body, _, _ = planned()
+    wake = Wake(requested_at=1.0).to_annotation()
+    wire = {**body, "metadata": {**body["metadata"], "annotations": {
+        ANNOTATION_WAKE: wake, "note": "x" * 1000}}}
+    assert indexes.slim(wire)["metadata"]["annotations"] == {ANNOTATION_WAKE: wake}
