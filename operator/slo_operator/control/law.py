@@ -28,6 +28,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from slo_operator.api.activation import DEFAULT_WAKE_TIMEOUT_S
 from slo_operator.api.observe import MetricsState, Observation, Signals
 from slo_operator.control import reasons as R
 from slo_operator.control.capacity import (
@@ -801,13 +802,15 @@ def to_zero(policy: ControlPolicy, idle_since: float | None, now: float, miss: f
 
 
 def _woke_lately(obs: Observation, policy: ControlPolicy, now: float) -> bool:
-    """A wake still holds requests, or served them less than a window ago."""
+    """A wake still holds requests (at most the activator's timeout and a window: an
+    activator restarted while holding never writes the end), or served them less than a
+    window ago. Times are the activator's clock, so either side of ``now`` counts."""
     w = obs.wake
-    if w is None:
+    if w is None or (w.timed_out_at is not None and w.served_at is None):
         return False
     if w.served_at is None:
-        return w.timed_out_at is None
-    return now - w.served_at < policy.window_s
+        return abs(now - w.requested_at) < DEFAULT_WAKE_TIMEOUT_S + policy.window_s
+    return abs(now - w.served_at) < policy.window_s
 
 
 def _go_to_zero(obs: Observation, policy: ControlPolicy, state: ControlState, now: float,
@@ -832,14 +835,16 @@ def _go_to_zero(obs: Observation, policy: ControlPolicy, state: ControlState, no
 
 def at_zero(obs: Observation, policy: ControlPolicy, state: ControlState,
             now: float) -> Decision:
-    """A service at zero replicas: stay there until the activator records a wake newer
+    """A service at zero replicas: stay there until the activator records another wake
     than the one last seen, then ask for ``max(1, minReplicas, held / batch limit)``
     replicas (the requests held, each replica taking a batch of them), at most
     ``maxReplicas`` (no series exist at zero: the held requests are the only demand)."""
     limit = _in_range(obs.batch_limit, obs, policy)
     wake = obs.wake
     zero_since = state.zero_since if state.zero_since is not None else now
-    if wake is None or (state.wake_seen is not None and wake.requested_at <= state.wake_seen):
+    # Any other wake than the one seen is new: the activator stamps each wake with its own
+    # clock, so "newer" is not compared (a wake dated ahead would block all later ones).
+    if wake is None or wake.requested_at == state.wake_seen:
         return Decision(
             valid=True, replicas=0, batch_limit=limit, reason=R.SCALED_TO_ZERO_REASON,
             message="at zero replicas; the activator wakes the service on its next request",

@@ -1015,3 +1015,22 @@ def test_a_woken_service_keeps_its_idle_clock_stopped_until_a_window_after_the_w
     assert all(d.replicas == 1 and d.state.idle_since is None for d in fresh)
     later = loop.run(4 * CYCLE, wake=served, **IDLE)
     assert later[-1].replicas == 0  # then the idle period as usual
+
+
+def test_a_wake_dated_ahead_of_the_operators_clock_does_not_block_later_wakes() -> None:
+    ahead = Wake(requested_at=T0 + 86_400.0, held=1)  # an activator's clock a day ahead
+    loop = idle_to_zero()
+    assert loop.step(wake=ahead, **AT_ZERO).replicas == 1
+    loop.run(1200, wake=Wake(requested_at=ahead.requested_at, held=1, served_at=ahead.
+                              requested_at + 60, waited_s=60.0), **IDLE)
+    assert loop.replicas == 0  # idle again: the wake's times do not keep it up
+    later = Wake(requested_at=loop.now, held=1)
+    assert loop.step(wake=later, **AT_ZERO).replicas == 1
+
+
+def test_a_wake_left_open_by_a_restarted_activator_does_not_keep_the_service_up() -> None:
+    loop = idle_to_zero()
+    open_wake = Wake(requested_at=loop.now, held=1)  # no servedAt ever written
+    assert loop.step(wake=open_wake, **AT_ZERO).replicas == 1
+    ds = loop.run(3600, wake=open_wake, **IDLE)
+    assert ds[-1].replicas == 0
