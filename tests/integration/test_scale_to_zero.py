@@ -246,6 +246,15 @@ class World:
 
         return self.cluster.wait_for(zero, timeout=120, desc=f"{service} scaled to zero")
 
+    def held_request(self, pool: ThreadPoolExecutor) -> Future[tuple[int, float, dict[str, str]]]:
+        """At zero, one request sent through the Service, once the activator holds it."""
+        self.at_zero("chat")
+        where = self.cluster.wait_for(lambda: self.url("chat"), timeout=30, desc="a route")
+        held = pool.submit(post, where[1], self.namespace, "chat")
+        self.cluster.wait_for(lambda: self.activator.count("slo_activator_held_requests") >= 1,
+                              timeout=10, desc="a request held")
+        return held
+
     def restart_activator(self, config: ActivatorConfig) -> None:
         self.activator.stop()
         self.activator = start_activator(self.api, self.network, config)
@@ -353,12 +362,8 @@ def test_a_full_queue_is_refused_and_a_wake_that_outlasts_the_timeout_is_a_504(
 def test_a_restarted_activator_drops_what_it_held_and_the_service_still_wakes(
         world: World) -> None:
     w, ns = world, world.namespace
-    w.at_zero("chat")
-    where = w.cluster.wait_for(lambda: w.url("chat"), timeout=30, desc="a route")
     with ThreadPoolExecutor(1) as pool:
-        held = pool.submit(post, where[1], ns, "chat")
-        w.cluster.wait_for(lambda: w.activator.count("slo_activator_held_requests") >= 1,
-                           timeout=10, desc="a request held")
+        held = w.held_request(pool)
         w.restart_activator(ActivatorConfig())
         with pytest.raises(requests.ConnectionError):
             held.result(30)  # its connection is gone: the client retries
@@ -373,12 +378,8 @@ def test_a_restarted_activator_drops_what_it_held_and_the_service_still_wakes(
 def test_a_service_deleted_while_waking_answers_its_held_requests_at_once(
         world: World) -> None:
     w, ns = world, world.namespace
-    w.at_zero("chat")
-    where = w.cluster.wait_for(lambda: w.url("chat"), timeout=30, desc="a route")
     with ThreadPoolExecutor(1) as pool:
-        held = pool.submit(post, where[1], ns, "chat")
-        w.cluster.wait_for(lambda: w.activator.count("slo_activator_held_requests") >= 1,
-                           timeout=10, desc="a request held")
+        held = w.held_request(pool)
         w.cluster.kubectl("delete", "infsvc", "-n", ns, "chat", "--wait=false")
         status, seconds, _ = held.result(30)
     assert status == 404 and seconds < COLD_START_S + 5

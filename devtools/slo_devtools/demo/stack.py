@@ -164,10 +164,13 @@ class Stack:
             for crd in ("inferenceservices", "slopolicies"):
                 c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           f"crd/{crd}.{GROUP}")
+            # The operator's own Deployment (the chart's activator has its own name label).
             deps = c.kubectl_json("get", "deployment", "-n", OPERATOR_NAMESPACE, "-l",
-                                  f"app.kubernetes.io/instance={RELEASE}")["items"]
+                                  f"app.kubernetes.io/instance={RELEASE},"
+                                  "app.kubernetes.io/name=slo-operator")["items"]
             if len(deps) != 1:
-                raise DemoError(f"the chart installed {len(deps)} Deployments, expected 1")
+                raise DemoError(f"the chart installed {len(deps)} operator Deployments, "
+                                "expected 1")
             dep = deps[0]
             name = dep["metadata"]["name"]
             sa = dep["spec"]["template"]["spec"].get("serviceAccountName") or "default"
