@@ -140,6 +140,21 @@ def events_for(cluster: LocalCluster, namespace: str, name: str) -> list[dict[st
     return list(items)
 
 
+def wait_event(cluster: LocalCluster, namespace: str, name: str, reason: str,
+               type_: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    """The first Event of ``reason`` (and ``type_``) about ``name``, once posted: Events
+    follow the status and the objects they announce (docs/status-and-events.md, "Order of
+    writes"), so a test that saw a condition waits for its Event."""
+
+    def posted() -> dict[str, Any] | None:
+        return next((e for e in events_for(cluster, namespace, name)
+                     if e["reason"] == reason and type_ in (None, e["type"])), None)
+
+    found: dict[str, Any] = cluster.wait_for(posted, timeout=timeout,
+                                             desc=f"a {type_ or ''} {reason} Event of {name}")
+    return found
+
+
 @contextlib.contextmanager
 def chart_operator(cluster: LocalCluster, log_dir: Path, account: str = "slo-operator", *,
                    interval: float = 3.0, prometheus_url: str | None = None,

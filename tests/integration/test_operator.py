@@ -19,9 +19,9 @@ from tests.integration.operator_support import (
     chart_operator,
     conditions,
     deployments_of,
-    events_for,
     install_crds,
     only_deployment,
+    wait_event,
 )
 
 pytestmark = pytest.mark.integration
@@ -161,8 +161,7 @@ def test_service_becomes_fp8_deployment_on_h100_nodes(
 
     table = cluster.kubectl("get", "infsvc", "-n", namespace, "chat").stdout
     assert "REPLICAS" in table and "BATCH" in table and "SLO" in table
-    reasons = {e["reason"] for e in events_for(cluster, namespace, "chat")}
-    assert "HardwareFound" in reasons
+    wait_event(cluster, namespace, "chat", "HardwareFound")
 
     # GitOps: the operator leaves the user's object alone apart from status.
     meta = cluster.kubectl_json("get", "infsvc", "-n", namespace, "chat",
@@ -194,8 +193,7 @@ def test_pods_pending_when_gpus_run_out_is_reported(
     cond = wait_condition(cluster, namespace, "wide", "Ready", "False", "InsufficientGPUs",
                           timeout=120)
     assert "nvidia.com/gpu" in cond["message"]
-    warnings = [e for e in events_for(cluster, namespace, "wide") if e["type"] == "Warning"]
-    assert any(e["reason"] == "InsufficientGPUs" for e in warnings)
+    wait_event(cluster, namespace, "wide", "InsufficientGPUs", "Warning")
     pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l",
                                 f"{GROUP}/service=wide")["items"]
     phases = sorted(p["status"]["phase"] for p in pods)
@@ -221,9 +219,7 @@ def test_engine_problems_are_conditions_with_the_field(
           isvc("odd", products=["H100"], engine={"extraArgs": ["--no-such-flag"]}))
     cond = wait_condition(cluster, namespace, "odd", "Ready", "False", "EngineInfeasible")
     assert "spec.engine.extraArgs[0]" in cond["message"]
-    warnings = {e["reason"] for e in events_for(cluster, namespace, "odd")
-                if e["type"] == "Warning"}
-    assert "EngineInfeasible" in warnings
+    wait_event(cluster, namespace, "odd", "EngineInfeasible", "Warning")
     assert deployments_of(cluster, namespace, "odd") == []
 
 
@@ -311,8 +307,6 @@ def test_unknown_gpu_product_gets_conservative_settings_and_says_so(
     cond = wait_condition(cluster, namespace, "proto", "HardwareResolved", "True",
                           "UnknownGPUProduct")
     assert "conservative" in cond["message"]
-    warnings = {e["reason"] for e in events_for(cluster, namespace, "proto")
-                if e["type"] == "Warning"}
-    assert "UnknownGPUProduct" in warnings
+    wait_event(cluster, namespace, "proto", "UnknownGPUProduct", "Warning")
     hw = get_isvc(cluster, namespace, "proto")["status"]["hardware"]
     assert hw["computeCapability"] == "9.0"

@@ -120,8 +120,20 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
+def _without_defaults(schema: Any) -> Any:
+    """``schema`` with every ``default`` removed (recursively)."""
+    if isinstance(schema, dict):
+        return {k: _without_defaults(v) for k, v in schema.items() if k != "default"}
+    if isinstance(schema, list):
+        return [_without_defaults(v) for v in schema]
+    return schema
+
+
 def _status_schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = openapi_schema(model)
+    # No defaults in status: the operator writes all of it, and a default the API server
+    # fills in (an optional object whose fields all have defaults) is a field the
+    # operator did not write, so every pass would find the status changed and write it.
+    schema: dict[str, Any] = _without_defaults(openapi_schema(model))
     # Status is written by the operator only; keep it open for fields added in newer
     # versions so an older operator never fails to read what a newer one wrote.
     schema["x-kubernetes-preserve-unknown-fields"] = True
