@@ -33,14 +33,14 @@ from slo_operator.api.activation import (
     ENDPOINT_CONTROLLER,
     LABEL_SERVICE_NAME,
     LABEL_SLICE_MANAGED_BY,
+    SERVICE_PORT_NAME,
     Wake,
+    ready_endpoints,
 )
 from slo_operator.api.models import GROUP, VERSION
 
 log = logging.getLogger(__name__)
 
-# The port name of an InferenceService's Service (render.objects.build_service).
-SERVICE_PORT_NAME = "http"
 SLICE_SELECTOR = f"{OWNED_SELECTOR},{LABEL_SLICE_MANAGED_BY}={ENDPOINT_CONTROLLER}"
 WATCH_TIMEOUT_S = 300
 RELIST_PAUSE_S = 1.0
@@ -74,15 +74,8 @@ def slice_entry(body: Mapping[str, Any], address: Address = default_address
     service = (meta.get("labels") or {}).get(LABEL_SERVICE_NAME)
     if not service or not meta.get("name"):
         return None
-    port = next((p.get("port") for p in body.get("ports") or ()
-                 if isinstance(p, Mapping) and p.get("name") == SERVICE_PORT_NAME
-                 and isinstance(p.get("port"), int)), None)
-    urls: list[str] = []
-    if port is not None:
-        for ep in body.get("endpoints") or ():
-            if (ep.get("conditions") or {}).get("ready") is False:
-                continue
-            urls += [address(a, port) for a in ep.get("addresses") or ()]
+    found = ready_endpoints(body, SERVICE_PORT_NAME)
+    urls = [address(a, found[1]) for a in found[0]] if found else []
     return (str(meta.get("namespace", "")), str(service), str(meta["name"]),
             tuple(sorted(set(urls))))
 

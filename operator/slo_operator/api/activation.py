@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,9 @@ ENDPOINT_CONTROLLER = "endpointslice-controller.k8s.io"
 # Service's labels onto its EndpointSlices, so the operator watches only those).
 LABEL_COMPONENT = f"{GROUP}/component"
 COMPONENT_ACTIVATOR = "activator"
+# The port name of an InferenceService's Service (render.objects.build_service): the
+# route slice lists the activator under it, and the activator reads the pods' slices by it.
+SERVICE_PORT_NAME = "http"
 # The activator's serving port: its Service's port name and the default number.
 ACTIVATOR_PORT_NAME = "http"
 ACTIVATOR_PORT = 8012
@@ -60,27 +64,33 @@ class ActivatorEndpoints:
     address_type: str = "IPv4"
 
 
-def activator_slice_endpoints(body: Any) -> ActivatorEndpoints | None:
-    """The Ready addresses and the :data:`ACTIVATOR_PORT_NAME` port of one EndpointSlice
-    of the activator's Service (a plain dict as the API server returns it); None when it
-    lists no such port."""
-    if not isinstance(body, dict):
+def ready_endpoints(body: Any, port_name: str) -> tuple[tuple[str, ...], int] | None:
+    """(the Ready addresses, sorted, and the port named ``port_name``) of one EndpointSlice
+    (a plain dict as the API server returns it); None when it lists no such port. An
+    endpoint is Ready unless its ``conditions.ready`` is false (unset means ready: the
+    API's own rule)."""
+    if not isinstance(body, Mapping):
         return None
     port = next((p.get("port") for p in body.get("ports") or ()
-                 if isinstance(p, dict) and p.get("name") == ACTIVATOR_PORT_NAME
+                 if isinstance(p, Mapping) and p.get("name") == port_name
                  and isinstance(p.get("port"), int)), None)
     if port is None:
         return None
     addresses = []
     for ep in body.get("endpoints") or ():
-        if not isinstance(ep, dict):
-            continue
-        cond = ep.get("conditions") or {}
-        if cond.get("ready") is False:  # unset means ready (the API's own rule)
+        if not isinstance(ep, Mapping) or (ep.get("conditions") or {}).get("ready") is False:
             continue
         addresses += [a for a in ep.get("addresses") or () if isinstance(a, str)]
-    return ActivatorEndpoints(tuple(sorted(set(addresses))), int(port),
-                              str(body.get("addressType") or "IPv4"))
+    return tuple(sorted(set(addresses))), int(port)
+
+
+def activator_slice_endpoints(body: Any) -> ActivatorEndpoints | None:
+    """The Ready addresses and the :data:`ACTIVATOR_PORT_NAME` port of one EndpointSlice
+    of the activator's Service; None when it lists no such port."""
+    found = ready_endpoints(body, ACTIVATOR_PORT_NAME)
+    if found is None:
+        return None
+    return ActivatorEndpoints(found[0], found[1], str(body.get("addressType") or "IPv4"))
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,13 @@ def replica_bounds(spec: SLOPolicySpec, bounds: ReplicaBounds | None = None) -> 
     return min(lo, hi), hi
 
 
+def awake_bounds(spec: SLOPolicySpec, bounds: ReplicaBounds | None = None) -> tuple[int, int]:
+    """(min, max) replicas of an awake service: :func:`replica_bounds`, and with
+    ``scaling.scaleToZero`` at least one (zero comes only from the law's idle rule)."""
+    lo, hi = replica_bounds(spec, bounds)
+    return (max(lo, min(1, hi)) if spec.scaling.scale_to_zero else lo), hi
+
+
 def idle_before_zero_s(spec: SLOPolicySpec) -> float:
     """Seconds without requests before scale to zero: ``scaling.idleBeforeZero``, else the
     longer of the policy window and the scale-down stabilization (a quiet window is no
@@ -85,9 +92,7 @@ def policy_for(
     awake (``minReplicas: 0`` included) and goes to zero only by its idle rule, and only
     when the operator ``can_wake`` the service again (an activator is configured)."""
     o, s, b = spec.objectives, spec.scaling, spec.batching
-    lo, hi = replica_bounds(spec, bounds)
-    if s.scale_to_zero:
-        lo = max(lo, min(1, hi))
+    lo, hi = awake_bounds(spec, bounds)
     return ControlPolicy(
         e2e_target_ms=float(o.e2e_latency_ms),
         ttft_target_ms=float(o.ttft_ms),

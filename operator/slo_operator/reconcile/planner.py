@@ -36,6 +36,7 @@ from slo_operator.api.models import (
     InferenceServiceStatus,
     dump,
 )
+from slo_operator.control.policy import awake_bounds
 from slo_operator.engine.profiles import NodeProfile
 from slo_operator.reconcile.actions import (
     Action,
@@ -49,7 +50,6 @@ from slo_operator.reconcile.chunking import chunk_events, with_memory
 from slo_operator.reconcile.desired import (
     DEFAULT_RUNTIME_IMAGE,
     Problem,
-    initial_replicas,
     live_limit,
     plan_service,
 )
@@ -255,13 +255,11 @@ def plan_reconcile(
         conds.append(Cond(C.READY, False, bound.reason, bound.message))
         return done(report(body, old_status, new, conds, now), retry_after=RETRY_POLICY_S)
 
-    lo, hi = initial_replicas(spec, policy)
     # Scale to zero: at least one replica while awake; zero only as the law decides it,
     # and only with an activator to wake the service again.
+    lo, hi = awake_bounds(policy, spec.replicas)
     to_zero = policy.scaling.scale_to_zero
     zero_ok = to_zero and settings.activator is not None
-    if to_zero:
-        lo = max(lo, min(1, hi))
     replicas = desired_replicas(old_status, lo, hi)
     if zero_ok and old_status.desired_replicas == 0:
         replicas = 0

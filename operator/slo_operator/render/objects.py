@@ -16,6 +16,7 @@ from typing import Any
 from slo_operator.api.activation import (
     LABEL_SERVICE_NAME,
     LABEL_SLICE_MANAGED_BY,
+    SERVICE_PORT_NAME,
     SLICE_MANAGED_BY,
     ActivatorEndpoints,
 )
@@ -444,7 +445,8 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
         "spec": {
             "selector": selector_labels(inp),
             "ports": [
-                {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": SERVICE_PORT_NAME, "port": GATEWAY_PORT, "targetPort": "http",
+                 "protocol": "TCP"},
             ],
         },
     }
@@ -468,7 +470,7 @@ def build_activator_route(inp: RenderInput, activator: ActivatorEndpoints) -> di
         "kind": "EndpointSlice",
         "metadata": meta,
         "addressType": activator.address_type,
-        "ports": [{"name": "http", "port": activator.port, "protocol": "TCP"}],
+        "ports": [{"name": SERVICE_PORT_NAME, "port": activator.port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [a], "conditions": {"ready": True}}
                       for a in activator.addresses],
     }
