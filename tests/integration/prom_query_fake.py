@@ -49,13 +49,14 @@ class PromQueryFake:
             def answer(self, query: str) -> None:
                 fake._wait_if_held()
                 params = urllib.parse.parse_qs(query)
-                name = fake.names.get((params.get("query") or [""])[0])
+                expr = (params.get("query") or [""])[0]
+                name = fake.names.get(expr)
                 if name is None:
                     self.send_error(400, "unknown query")
                     return
                 at = float((params.get("time") or ["0"])[0])
                 metrics = FakeMetrics(dict(fake.loads), window=fake.window)
-                rows = asyncio.run(metrics.run({name: ""}, at))[name]
+                rows = asyncio.run(metrics.run({name: expr}, at))[name]
                 body = json.dumps({"status": "success", "data": {
                     "resultType": "vector", "result": rows}}).encode()
                 self.send_response(200)

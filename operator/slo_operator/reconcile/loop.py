@@ -241,7 +241,11 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
 
 def query_plan(services: Sequence[ServiceInput]) -> QueryPlan:
     """The pass's queries: one per signal for all services and their policy windows."""
-    return build_queries({float(parse_duration(s.policy.window)) for s in services})
+    objectives = [s.policy.objectives for s in services]
+    return build_queries({float(parse_duration(s.policy.window)) for s in services},
+                         percentiles={"e2e": [o.e2e_percentile for o in objectives],
+                                      "ttft": [o.ttft_percentile for o in objectives],
+                                      "itl": [o.inter_token_percentile for o in objectives]})
 
 
 def replica_counts(desired: int, pods: Sequence[PodObs], now: float) -> ReplicaCounts:

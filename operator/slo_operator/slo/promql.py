@@ -7,11 +7,17 @@ Every query aggregates ``by (namespace, service)`` and so answers for all servic
 once. The gateway's own ``tenant`` label clashes with the target's and is renamed
 ``exported_tenant`` by Prometheus; the loop never groups by it.
 
-Percentiles differ per policy, so latency queries return bucket *rates* by
-``(namespace, service, le)`` and ``slo.histogram`` interpolates each service's percentile
-(``histogram_quantile`` semantics). Policy windows differ too: each range query holds one
-sub-expression per distinct window (at most ``MAX_WINDOWS``; further windows are measured
-at the nearest of those), tagged with a ``window`` label. Alternative sources of one signal
+Prometheus computes the latency percentiles (``histogram_quantile``) so a latency
+query answers a few rows per service, not one per bucket (tens of thousands of rows at
+1,000 services: docs/scale.md). Percentiles differ per policy: each latency query holds one
+sub-expression per distinct percentile (at most ``MAX_QUANTILES``; a further one is read at
+the nearest measured percentile above it, never below), tagged with a ``quantile`` label,
+and one for the observation rate (the ``+Inf`` bucket, tagged ``quantile="count"``) that
+tells which source has samples. The ``decode`` query alone returns bucket rates by ``le``:
+the jitter bound (``slo.histogram.cv_lower_bound``) needs the buckets. Policy windows
+differ too: each range query holds one sub-expression per distinct window (at most
+``MAX_WINDOWS``; further windows are measured at the nearest of those), tagged with a
+``window`` label. Alternative sources of one signal
 (client-visible gateway histograms and vLLM's own; current and older vLLM names) are
 tagged with a ``source`` label and chosen per service in ``slo.signals``.
 
@@ -38,8 +44,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from slo_operator.api.models import Objectives
 from slo_runtime import contract as c
 
 # The in-pod gateway's client-visible families (named in slo_runtime.contract; same
@@ -56,6 +63,14 @@ ENGINE_QUERY = "engine"
 QUERY_NAMES = (*SIGNAL_QUERY_NAMES, ENGINE_QUERY)
 MAX_QUERIES = 10
 MAX_WINDOWS = 4
+# The latency queries whose percentiles Prometheus computes, and how many distinct
+# percentiles each measures per cycle (each one is another pass over the buckets).
+QUANTILE_QUERIES = ("e2e", "ttft", "itl")
+MAX_QUANTILES = 4
+COUNT = "count"  # the ``quantile`` label of a latency query's observation-rate rows
+_DEFAULTS = Objectives()
+DEFAULT_PERCENTILES = {"e2e": _DEFAULTS.e2e_percentile, "ttft": _DEFAULTS.ttft_percentile,
+                       "itl": _DEFAULTS.inter_token_percentile}
 BY_SERVICE = "namespace, service"  # the labels every query groups by
 # Scrape interval the ``burst`` query is sized for by default: the chart's PodMonitor
 # default (charts/slo-operator/values.yaml, podMonitor.interval); the loop is not told the
@@ -109,14 +124,23 @@ class Query:
 
 @dataclass(frozen=True)
 class QueryPlan:
-    """The queries of one cycle and the window label each requested window is read at."""
+    """The queries of one cycle, the window label each requested window is read at, and
+    per latency query the ``quantile`` label each requested percentile is read at."""
 
     queries: tuple[Query, ...]
     windows: Mapping[int, str]
+    quantiles: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def window_label(self, seconds: float) -> str:
         """Window label a policy window of ``seconds`` is read at."""
         return self.windows.get(int(seconds)) or _nearest(int(seconds), self.windows.values())
+
+    def quantile_label(self, query: str, percentile: float) -> str:
+        """``quantile`` label the latency query ``query`` answers ``percentile`` under:
+        its own, or the nearest measured one above it (the highest where none is above)."""
+        want = quantile_label(percentile)
+        measured = self.quantiles.get(query, {})
+        return measured.get(want) or _snap_quantile(want, set(measured.values())) or want
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -152,6 +176,31 @@ def plan_windows(windows: Iterable[float]) -> dict[int, str]:
     return {w: duration(w) if w in chosen else duration(_nearest_int(w, chosen)) for w in counts}
 
 
+def quantile_label(percentile: float) -> str:
+    """The ``quantile`` label (and ``histogram_quantile`` argument) of a percentile given
+    as a fraction: six significant digits, so 0.99 and 0.9900000001 are one."""
+    return f"{percentile:.6g}"
+
+
+def plan_quantiles(percentiles: Iterable[float]) -> dict[str, str]:
+    """Map each requested percentile's label to the label it is measured at: the
+    ``MAX_QUANTILES`` most requested (ties: the higher) are measured, any other is read at
+    the nearest measured one above it, or the highest where none is above (a latency
+    target is then judged at a percentile at least as strict, never a laxer one)."""
+    counts = Counter(quantile_label(p) for p in percentiles
+                     if isinstance(p, (int, float)) and 0 < p < 1)
+    chosen = {q for q, _ in sorted(counts.items(),
+                                   key=lambda kv: (-kv[1], -float(kv[0])))[:MAX_QUANTILES]}
+    return {q: q if q in chosen else (_snap_quantile(q, chosen) or q) for q in counts}
+
+
+def _snap_quantile(want: str, measured: Collection[str]) -> str | None:
+    if not measured:
+        return None
+    above = [m for m in measured if float(m) >= float(want)]
+    return min(above, key=float) if above else max(measured, key=float)
+
+
 def _nearest_int(w: int, chosen: Iterable[int]) -> int:
     return min(chosen, key=lambda x: (abs(math.log(w / x)), x))
 
@@ -172,19 +221,41 @@ def _or(parts: Iterable[str]) -> str:
 
 
 def build_queries(windows: Iterable[float], namespaces: Collection[str] | None = None,
-                  scrape_interval_s: float = SCRAPE_INTERVAL_S) -> QueryPlan:
+                  scrape_interval_s: float = SCRAPE_INTERVAL_S,
+                  percentiles: Mapping[str, Iterable[float]] | None = None) -> QueryPlan:
     """The cycle's queries for services whose policy windows are ``windows`` (seconds).
 
     ``namespaces`` limits every query to those namespaces (an operator watching a list of
     namespaces); None means all. ``scrape_interval_s`` is the pods' scrape interval, which
-    sizes the ``burst`` query's steps.
+    sizes the ``burst`` query's steps. ``percentiles`` are the percentiles (fractions) the
+    services' objectives ask of each latency query (``QUANTILE_QUERIES``); a query not
+    named reads the API's default percentile.
     """
     plan = plan_windows(windows)
+    asked = dict(percentiles or {})
+    quantiles = {name: plan_quantiles(asked.get(name) or (DEFAULT_PERCENTILES[name],))
+                 for name in QUANTILE_QUERIES}
     labels = sorted(set(plan.values()), key=lambda d: int(d[:-1]))
     sel = ['namespace!=""', 'service!=""']
     if namespaces is not None:
         sel.append(any_of("namespace", namespaces) if namespaces else 'namespace="-"')
     s = "{" + ", ".join(sel) + "}"
+
+    inf = "{" + ", ".join([*sel, 'le="+Inf"']) + "}"
+
+    def latency(name: str, sources: tuple[tuple[str, str], ...]) -> str:
+        # Per window and source: each measured percentile, then the observation rate.
+        measured = sorted(set(quantiles[name].values()), key=float)
+        parts = []
+        for w in labels:
+            for src, metric in sources:
+                buckets = f"sum by ({BY_SERVICE}, le) (rate({metric}_bucket{s}[{w}]))"
+                for q in measured:
+                    parts.append(_tag(f"histogram_quantile({q}, {buckets})",
+                                      window=w, source=src, quantile=q))
+                count = f"sum by ({BY_SERVICE}) (rate({metric}_bucket{inf}[{w}]))"
+                parts.append(_tag(count, window=w, source=src, quantile=COUNT))
+        return _or(parts)
 
     def hist(sources: tuple[tuple[str, str], ...], with_sum: bool = False) -> str:
         parts = []
@@ -218,9 +289,9 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
 
     running = c.NUM_REQUESTS_RUNNING
     queries = (
-        Query("e2e", hist(E2E_SOURCES)),
-        Query("ttft", hist(TTFT_SOURCES)),
-        Query("itl", hist(ITL_SOURCES)),
+        Query("e2e", latency("e2e", E2E_SOURCES)),
+        Query("ttft", latency("ttft", TTFT_SOURCES)),
+        Query("itl", latency("itl", ITL_SOURCES)),
         Query("decode", hist(DECODE_SOURCES, with_sum=True)),
         Query("throughput", rates()),
         Query("burst", burst()),
@@ -241,4 +312,4 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         ])),
     )
     assert len(queries) <= MAX_QUERIES
-    return QueryPlan(queries=queries, windows=plan)
+    return QueryPlan(queries=queries, windows=plan, quantiles=quantiles)

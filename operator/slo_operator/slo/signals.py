@@ -11,7 +11,9 @@ Input is what the Prometheus HTTP API returns for an instant query (a list of
 - a required signal missing (a failed query, or traffic without latency samples):
   ``Partial``, with the missing names in the message;
 - latency comes from the gateway's client-visible histograms when they have samples in
-  the window, else from vLLM's own (which miss the wait in the gateway queue);
+  the window (an observation rate above 0), else from vLLM's own (which miss the wait in
+  the gateway queue); Prometheus computes the percentile (``promql``), read here at the
+  label the plan measures the policy's percentile under;
 - demand as it arrives (``arrival_rate``, ``arrival_peak_rate``) comes from the gateway's
   arrival counter only: without it (pods without the gateway) both are ``None``; the peak
   is never below the window's mean (the short steps tile the window);
@@ -32,6 +34,7 @@ from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
 from slo_operator.slo import histogram
 from slo_operator.slo.promql import (
+    COUNT,
     DECODE_SOURCES,
     E2E_SOURCES,
     ITL_SOURCES,
@@ -165,11 +168,26 @@ def _histogram(rows: Iterable[_Row], window: str, sources: Sequence[tuple[str, s
     return None
 
 
-def _ms(q: float, h: tuple[str, list[tuple[float, float]], float | None] | None) -> float | None:
-    if h is None:
-        return None
-    v = histogram.quantile(q, h[1])
-    return None if v is None else v * 1000.0
+def _latency(rows: Iterable[_Row], window: str, quantile: str,
+             sources: Sequence[tuple[str, str]]) -> tuple[str, float | None] | None:
+    """(source, percentile in ms) of the first source with an observation rate above 0 in
+    ``window``; the percentile None where Prometheus had none (NaN) or it is negative;
+    None where no source has samples."""
+    counts: dict[str, float] = {}
+    values: dict[str, float] = {}
+    for r in rows:
+        if r.labels.get("window") != window or r.value is None:
+            continue
+        q = r.labels.get("quantile")
+        if q == COUNT:
+            counts[r.labels.get("source", "")] = r.value
+        elif q == quantile:
+            values[r.labels.get("source", "")] = r.value
+    for src, _ in sources:
+        if counts.get(src, 0.0) > 0:
+            v = values.get(src)
+            return src, (None if v is None or v < 0 else v * 1000.0)
+    return None
 
 
 def _pick(rows: Iterable[_Row], key: str, value: str, window: str | None = None) -> float | None:
@@ -217,9 +235,12 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
                        message=f"newest sample is {now - sample_time:.0f}s old "
                                f"(bound {stale_after:.0f}s)")
 
-    e2e_h = _histogram(rows["e2e"], w, E2E_SOURCES)
-    ttft_h = _histogram(rows["ttft"], w, TTFT_SOURCES)
-    itl_h = _histogram(rows["itl"], w, ITL_SOURCES)
+    e2e = _latency(rows["e2e"], w, plan.quantile_label("e2e", spec.e2e_percentile),
+                   E2E_SOURCES)
+    ttft = _latency(rows["ttft"], w, plan.quantile_label("ttft", spec.ttft_percentile),
+                    TTFT_SOURCES)
+    itl = _latency(rows["itl"], w, plan.quantile_label("itl", spec.itl_percentile),
+                   ITL_SOURCES)
     decode_h = _histogram(rows["decode"], w, DECODE_SOURCES)
     jitter = None
     if decode_h is not None and decode_h[2] is not None:
@@ -243,9 +264,9 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
             break
 
     sig = Signals(
-        e2e_ms=_ms(spec.e2e_percentile, e2e_h),
-        ttft_ms=_ms(spec.ttft_percentile, ttft_h),
-        itl_ms=_ms(spec.itl_percentile, itl_h),
+        e2e_ms=None if e2e is None else e2e[1],
+        ttft_ms=None if ttft is None else ttft[1],
+        itl_ms=None if itl is None else itl[1],
         jitter=jitter,
         request_rate=request_rate,
         prompt_tokens_rate=_pick(tp, "signal", "prompt_tokens", w),
@@ -256,7 +277,7 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         preemptions_rate=_pick(tp, "signal", "preemptions", w),
         sample_time=sample_time,
         pods=None if pods is None else int(pods),
-        latency_source=(e2e_h or ttft_h or ("", [], None))[0],
+        latency_source=(e2e or ttft or ("", None))[0],
         arrival_rate=arrival_rate,
         arrival_peak_rate=arrival_peak_rate,
         prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),

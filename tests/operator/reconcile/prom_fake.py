@@ -1,16 +1,23 @@
 """A fake Prometheus for the SLO loop: instant-query results shaped like the real API's.
 
+Latency queries answer as Prometheus does: each percentile the query asks for
+(``histogram_quantile(q, ...)``, read from its text) over the fake's buckets, plus the
+observation rate (``quantile="count"``).
+
 ``FakeMetrics.loads`` sets, per service, the load and latency the queries report; every
 query the pass sends is recorded, so tests can assert how many a pass makes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from slo_operator.api.observe import ServiceKey
+from slo_operator.slo.histogram import quantile
+from slo_operator.slo.promql import COUNT
 
 LE = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
 
@@ -37,6 +44,18 @@ def _hist(ns: str, svc: str, rate: float, latency: float, **tags: str) -> list[d
     return rows
 
 
+def _latency(ns: str, svc: str, rate: float, latency: float, quantiles: list[str],
+             **tags: str) -> list[dict[str, Any]]:
+    buckets = [(le, rate if latency <= le else 0.0) for le in LE]
+    rows = [{"metric": {"namespace": ns, "service": svc, "quantile": COUNT, **tags},
+             "value": [0.0, str(rate)]}]
+    for q in quantiles:
+        v = quantile(float(q), buckets)
+        rows.append({"metric": {"namespace": ns, "service": svc, "quantile": q, **tags},
+                     "value": [0.0, "NaN" if v is None else str(v)]})
+    return rows
+
+
 def _le(le: float) -> str:
     return "+Inf" if le == float("inf") else f"{le:g}"
 
@@ -52,10 +71,11 @@ class FakeMetrics:
         self.calls.append(dict(queries))
         if self.down:
             return dict.fromkeys(queries)
-        return {name: self._result(name, at) for name in queries}
+        return {name: self._result(name, expr, at) for name, expr in queries.items()}
 
-    def _result(self, name: str, at: float) -> list[dict[str, Any]]:
+    def _result(self, name: str, expr: str, at: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        qs = sorted(set(re.findall(r"histogram_quantile\(([^,]+),", expr)))
         w = self.window
         for key, ld in self.loads.items():
             ns, svc = key.namespace, key.name
@@ -65,12 +85,12 @@ class FakeMetrics:
                         "value": [at, str(value)]}
 
             if name == "e2e":
-                out += _hist(ns, svc, ld.rate, ld.e2e_s, window=w, source="gateway")
+                out += _latency(ns, svc, ld.rate, ld.e2e_s, qs, window=w, source="gateway")
             elif name == "ttft":
-                out += _hist(ns, svc, ld.rate, ld.ttft_s, window=w, source="gateway")
+                out += _latency(ns, svc, ld.rate, ld.ttft_s, qs, window=w, source="gateway")
             elif name == "itl":
-                out += _hist(ns, svc, ld.rate * ld.output_tokens, 0.02, window=w,
-                             source="engine")
+                out += _latency(ns, svc, ld.rate * ld.output_tokens, 0.02, qs, window=w,
+                                source="engine")
             elif name == "decode":
                 out += _hist(ns, svc, ld.rate, 0.02, window=w, source="request")
                 out.append(row(ld.rate * 0.02, window=w, source="request", le="sum"))

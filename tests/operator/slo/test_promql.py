@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from slo_operator.slo import promql
+from slo_operator.slo.histogram import quantile
 from slo_operator.slo.promql import (
     QUERY_NAMES,
     Query,
@@ -42,6 +43,7 @@ HOSTILE = [
 ]
 # Scopes for promtool: a name that would end its string, a backslash, a newline.
 PROMTOOL_SCOPES = ['team"} or vector(1) or {a="', "back\\slash", "new\nline", "a"]
+INF = float("inf")
 HOSTILE_IDS = ["closes-the-matcher", "backslashes", "newline", "quote", "control-characters",
                "regex-metacharacters", "unicode"]
 
@@ -66,6 +68,40 @@ def test_the_documented_query_count_and_window_limit_hold_for_a_thousand_service
     assert m, "docs/slo-loop.md no longer states the window limit"
     assert len(set(plan.windows.values())) == int(m[1])
     assert plan.window_label(60) == "60s" and plan.window_label(300) == "300s"
+    m = re.search(r"at most (\d+) distinct percentiles per query are measured",
+                  " ".join(DOC.split()))
+    assert m, "docs/slo-loop.md no longer states the percentile limit"
+    assert int(m[1]) == promql.MAX_QUANTILES
+
+
+# --- percentiles --------------------------------------------------------------------------------
+
+
+def test_each_latency_query_measures_the_percentiles_policies_ask_for() -> None:
+    plan = build_queries([60], percentiles={"e2e": [0.99, 0.9, 0.99], "ttft": [0.5]})
+    by = {q.name: q.expr for q in plan.queries}
+    assert "histogram_quantile(0.99," in by["e2e"] and "histogram_quantile(0.9," in by["e2e"]
+    assert "histogram_quantile(0.5," in by["ttft"] and "0.95" not in by["ttft"]
+    # A query no policy named reads the API's default percentile.
+    assert plan.quantile_label("itl", 0.99) == "0.99" and "histogram_quantile(0.99," in by["itl"]
+    assert "histogram_quantile" not in by["decode"]  # the jitter bound needs the buckets
+
+
+def test_a_rare_percentile_is_read_at_the_nearest_stricter_measured_one() -> None:
+    asked = [0.99] * 5 + [0.95] * 4 + [0.9] * 3 + [0.5] * 2 + [0.97, 0.999]
+    plan = build_queries([60], percentiles={"e2e": asked})
+    assert plan.quantiles["e2e"]["0.97"] == "0.99"
+    assert plan.quantile_label("e2e", 0.999) == "0.99"  # none above: the highest measured
+    assert plan.quantile_label("e2e", 0.8) == "0.9"  # never asked: the next stricter one
+    measured = {v for v in plan.quantiles["e2e"].values()}
+    assert measured == {"0.99", "0.95", "0.9", "0.5"}
+    e2e = {q.name: q.expr for q in plan.queries}["e2e"]
+    assert e2e.count("histogram_quantile(") == promql.MAX_QUANTILES * 2  # two sources
+
+
+def test_percentiles_that_differ_past_six_digits_are_one_and_nonsense_is_dropped() -> None:
+    assert promql.plan_quantiles([0.99, 0.9900000001, 0.0, 1.0, float("nan")]) == {
+        "0.99": "0.99"}
 
 
 # --- the queries ------------------------------------------------------------------------------
@@ -264,12 +300,14 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
     # 1/s up to 450 s, +60 by 465 s, then 1/s again.
     inputs.append(series(arrivals, {**a0, "exported_tenant": "x"}, 0, "0+15x30 510+15x10"))
     inputs.append(series(arrivals, {**a0, "exported_tenant": "y"}, 0))  # a tenant at rest
-    inputs.append(series("vllm:e2e_request_latency_seconds_bucket",
-                         {**b0, "le": "+Inf", "engine": "0", "model_name": "m"}, 30))
+    for le, per in (("1.0", 15), ("+Inf", 30)):  # 1 and 2 per second
+        inputs.append(series("vllm:e2e_request_latency_seconds_bucket",
+                             {**b0, "le": le, "engine": "0", "model_name": "m"}, per))
     inputs.append(series("vllm:request_success_total",
                          {**b0, "engine": "0", "model_name": "m",
                           "finished_reason": "stop"}, 30))
-    plan = build_queries([60], namespaces=["a", "b", *PROMTOOL_SCOPES])
+    plan = build_queries([60], namespaces=["a", "b", *PROMTOOL_SCOPES],
+                         percentiles={"e2e": [0.99, 0.25]})
     q = {x.name: x.expr for x in plan.queries}
 
     def sample(labels: dict[str, str], value: float) -> dict[str, Any]:
@@ -278,9 +316,16 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
 
     a, b = {"namespace": "a", "service": "s"}, {"namespace": "b", "service": "t"}
     w = {"window": "60s"}
-    e2e = [sample({**a, **w, "source": src, "le": le}, 2 * per)
-           for src in ("gateway", "engine") for le, per in (("0.5", 1), ("1.0", 2), ("+Inf", 3))]
-    e2e.append(sample({**b, **w, "source": "engine", "le": "+Inf"}, 2))
+    # Each service's percentiles as Prometheus computes them, which are what
+    # slo.histogram.quantile (the simulator's percentiles) gives for the same bucket rates.
+    a_buckets, b_buckets = [(0.5, 2.0), (1.0, 4.0), (INF, 6.0)], [(1.0, 1.0), (INF, 2.0)]
+    assert [quantile(p, a_buckets) for p in (0.25, 0.99)] == [0.375, 1.0]
+    assert [quantile(p, b_buckets) for p in (0.25, 0.99)] == [0.5, 1.0]
+    e2e = [sample({**a, **w, "source": src, "quantile": ql}, v)
+           for src in ("gateway", "engine")
+           for ql, v in (("0.25", 0.375), ("0.99", 1.0), (promql.COUNT, 6.0))]
+    e2e += [sample({**b, **w, "source": "engine", "quantile": ql}, v)
+            for ql, v in (("0.25", 0.5), ("0.99", 1.0), (promql.COUNT, 2.0))]
     tests = {"fuzzy_compare": True, "tests": [{
         "interval": "15s",
         "input_series": inputs,

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
-from slo_operator.slo.promql import QUERY_NAMES, build_queries
+from slo_operator.slo.histogram import quantile
+from slo_operator.slo.promql import COUNT, QUERY_NAMES, build_queries
 from slo_operator.slo.signals import (
     DEFAULT_STALE_AFTER,
     SignalSpec,
@@ -27,7 +28,9 @@ from tests.support.paths import REPO
 
 NOW = 1_800_000_000.0
 SVC = ServiceKey("team-a", "chat")
-PLAN = build_queries([60, 300])
+# The percentiles the cases' policies ask for (SignalSpec defaults, and 0.5).
+PLAN = build_queries([60, 300], percentiles={"e2e": [0.99, 0.5], "ttft": [0.95, 0.5],
+                                             "itl": [0.99]})
 E2E_BOUNDS = ("0.5", "1.0", "2.5", "+Inf")
 ITL_BOUNDS = ("0.01", "0.02", "0.05", "+Inf")
 DECODE_BOUNDS = ("0.01", "0.02", "0.04", "+Inf")
@@ -46,15 +49,32 @@ def hist(counts: tuple[float, ...], source: str, *, key: ServiceKey = SVC,
             for le, c in zip(bounds, counts, strict=True)]
 
 
+def lat(counts: tuple[float, ...], source: str, *, key: ServiceKey = SVC,
+        window: str = "60s", bounds: tuple[str, ...] = E2E_BOUNDS, ts: float = NOW
+        ) -> list[dict[str, Any]]:
+    """A latency query's rows as Prometheus answers them for these cumulative bucket
+    rates: ``histogram_quantile`` at each percentile the plan measures (NaN where it has
+    none) and the observation rate (the ``+Inf`` bucket's; no such row without one).
+    tests/operator/slo/test_promql.py checks the same shape in the real PromQL engine."""
+    buckets = [(float(le), c) for le, c in zip(bounds, counts, strict=True)]
+    rows = [row(c, key=key, ts=ts, quantile=COUNT, source=source, window=window)
+            for le, c in zip(bounds, counts, strict=True) if le == "+Inf"]
+    for q in sorted({q for m in PLAN.quantiles.values() for q in m.values()}):
+        v = quantile(float(q), buckets)
+        rows.append(row("NaN" if v is None else v, key=key, ts=ts, quantile=q, source=source,
+                        window=window))
+    return rows
+
+
 def healthy(key: ServiceKey = SVC, window: str = "60s", newest: float = NOW - 5,
             rate: Any = 10.0) -> dict[str, list[dict[str, Any]]]:
     """One service at 10 req/s, every signal there: e2e p99 in (1, 2.5] s, TTFT in
     (0.5, 1] s, 5 waiting (engine and gateway), 40 running on 2 pods, KV 40%."""
     return {
-        "e2e": hist((1.0, 5.0, 10.0, 10.0), "gateway", key=key, window=window)
-        + hist((9.0, 10.0, 10.0, 10.0), "engine", key=key, window=window),
-        "ttft": hist((5.0, 10.0, 10.0, 10.0), "gateway", key=key, window=window),
-        "itl": hist((10.0, 10.0, 10.0, 10.0), "engine", key=key, window=window),
+        "e2e": lat((1.0, 5.0, 10.0, 10.0), "gateway", key=key, window=window)
+        + lat((9.0, 10.0, 10.0, 10.0), "engine", key=key, window=window),
+        "ttft": lat((5.0, 10.0, 10.0, 10.0), "gateway", key=key, window=window),
+        "itl": lat((10.0, 10.0, 10.0, 10.0), "engine", key=key, window=window),
         "decode": [],
         "throughput": [row(rate, key=key, signal="requests", window=window),
                        row(5000, key=key, signal="prompt_tokens", window=window),
@@ -76,9 +96,9 @@ def minimal(newest: float | None = NOW - 5, rate: float = 10.0) -> dict[str, Any
     if newest is not None:
         running.append(row(newest, ts=t, stat="newest"))
     return {
-        "e2e": hist((1.0, 5.0, 10.0, 10.0), "gateway", ts=t),
-        "ttft": hist((5.0, 10.0, 10.0, 10.0), "gateway", ts=t),
-        "itl": hist((2.0, 10.0, 10.0, 10.0), "engine", bounds=ITL_BOUNDS, ts=t),
+        "e2e": lat((1.0, 5.0, 10.0, 10.0), "gateway", ts=t),
+        "ttft": lat((5.0, 10.0, 10.0, 10.0), "gateway", ts=t),
+        "itl": lat((2.0, 10.0, 10.0, 10.0), "engine", bounds=ITL_BOUNDS, ts=t),
         "decode": [],
         "throughput": [row(rate, ts=t, signal="requests", window="60s")],
         "burst": [],
@@ -112,8 +132,8 @@ CASES = [
          {"e2e_ms": 1000.0, "ttft_ms": 500.0},
          spec=SignalSpec(e2e_percentile=0.5, ttft_percentile=0.5)),
     Case("gateway-without-samples-falls-back-to-engine",
-         {**healthy(), "e2e": hist((0, 0, 0, 0), "gateway")
-          + hist((9.0, 10.0, 10.0, 10.0), "engine")},
+         {**healthy(), "e2e": lat((0, 0, 0, 0), "gateway")
+          + lat((9.0, 10.0, 10.0, 10.0), "engine")},
          MetricsState.OK, {"e2e_ms": 950.0, "latency_source": "engine"}),
     Case("window-of-the-policy-is-read", healthy(window="300s"), MetricsState.OK,
          {"request_rate": 10.0}, spec=SignalSpec(window_s=300)),
@@ -126,7 +146,7 @@ CASES = [
     Case("legacy-kv-name-is-a-fallback", {**healthy(), "kv": [row(0.7, source="legacy")]},
          MetricsState.OK, {"kv_usage": 0.7}),
     Case("idle-service-is-no-traffic",
-         {**healthy(rate=0), "e2e": hist((0, 0, 0, 0), "gateway"), "ttft": [],
+         {**healthy(rate=0), "e2e": lat((0, 0, 0, 0), "gateway"), "ttft": [],
           "waiting": [row(0, source="engine")],
           "running": [row(0, stat="sum"), row(NOW, stat="newest")]},
          MetricsState.NO_TRAFFIC, {"e2e_ms": None, "ttft_ms": None}),
@@ -216,12 +236,12 @@ def test_decode_buckets_without_a_sum_give_no_jitter() -> None:
 
 def test_rows_of_other_windows_and_malformed_rows_before_good_ones_are_skipped() -> None:
     results = minimal()
-    results["e2e"] = (hist((0.0, 0.0, 0.0, 9.0), "gateway", window="300s")
+    results["e2e"] = (lat((0.0, 0.0, 0.0, 9.0), "gateway", window="300s")
                       + [{"metric": {"namespace": "team-a"}, "value": [NOW, "1"]},
                          {"metric": {"namespace": "team-a", "service": "chat"}, "value": 5},
                          {"metric": {"namespace": "team-a", "service": "chat"}}]
-                      + [row("NaN", le="1.0", source="gateway", window="60s"),
-                         row(3.0, le="junk", source="gateway", window="60s")]
+                      + [row("NaN", quantile="0.99", source="gateway", window="60s"),
+                         row(3.0, quantile="junk", source="gateway", window="60s")]
                       + results["e2e"])
     got = parse(results)
     assert got.state == MetricsState.OK
@@ -230,19 +250,19 @@ def test_rows_of_other_windows_and_malformed_rows_before_good_ones_are_skipped()
 
 def test_a_source_without_rows_or_without_inf_bucket_is_passed_over() -> None:
     results = minimal()
-    results["e2e"] = (hist((1.0, 5.0, 10.0), "gateway", bounds=("0.5", "1.0", "2.5"))
-                      + hist((9.0, 10.0, 10.0, 10.0), "engine"))
+    results["e2e"] = (lat((1.0, 5.0, 10.0), "gateway", bounds=("0.5", "1.0", "2.5"))
+                      + lat((9.0, 10.0, 10.0, 10.0), "engine"))
     got = parse(results)
     assert got.latency_source == "engine" and got.e2e_ms == pytest.approx(950.0)
-    results["e2e"] = hist((9.0, 10.0, 10.0, 10.0), "engine")  # no gateway rows at all
+    results["e2e"] = lat((9.0, 10.0, 10.0, 10.0), "engine")  # no gateway rows at all
     got = parse(results)
     assert got.latency_source == "engine" and got.e2e_ms == pytest.approx(950.0)
 
 
 def test_a_slow_service_under_one_request_per_second_has_latencies() -> None:
     results = minimal(rate=0.5)
-    results["e2e"] = hist((0.05, 0.25, 0.5, 0.5), "gateway")
-    results["ttft"] = hist((0.25, 0.5, 0.5, 0.5), "gateway")
+    results["e2e"] = lat((0.05, 0.25, 0.5, 0.5), "gateway")
+    results["ttft"] = lat((0.25, 0.5, 0.5, 0.5), "gateway")
     got = parse(results)
     assert got.state == MetricsState.OK
     assert got.e2e_ms is not None and got.ttft_ms == pytest.approx(950.0)
@@ -394,13 +414,15 @@ def test_long_names_are_found_under_their_pod_label_value() -> None:
 
 label = st.sampled_from(["a", "b", "s", "t", "", "60s", "gateway", "engine", "legacy",
                          "requests", "arrivals", "prefix_hits", "prefix_queries", "request",
-                         "token", "sum", "pods", "newest", "+Inf", "0.5", "1.0", "x"])
+                         "token", "sum", "pods", "newest", "+Inf", "0.5", "0.99", "1.0", "count",
+                         "x"])
 value = st.one_of(st.sampled_from(["NaN", "+Inf", "-Inf", "", "abc"]),
                   st.floats(allow_nan=True, allow_infinity=True).map(str),
                   st.integers(-5, 10**6).map(str))
 any_row = st.fixed_dictionaries({
-    "metric": st.dictionaries(st.sampled_from(["namespace", "service", "le", "window",
-                                                "source", "signal", "stat"]), label),
+    "metric": st.dictionaries(st.sampled_from(["namespace", "service", "le", "quantile",
+                                                "window", "source", "signal", "stat"]),
+                              label),
     "value": st.tuples(st.floats(min_value=0, max_value=2e9), value).map(list),
 })
 reply: Any = st.one_of(st.none(), st.lists(st.one_of(any_row, st.integers(),
