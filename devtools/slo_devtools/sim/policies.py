@@ -24,7 +24,7 @@ from slo_operator.control.law import decide
 from slo_operator.control.policy import policy_for
 from slo_operator.control.state import ControlState
 from slo_operator.engine.batching import BATCHED_TOKENS_LARGE_GPU
-from slo_operator.reconcile.chunking import ChunkMemory, engine_basis
+from slo_operator.reconcile.chunking import ChunkMemory, engine_basis, itl_missed
 from slo_operator.reconcile.chunking import choose as chunk_choose
 from slo_operator.reconcile.chunking import decode_batch as chunk_decode_batch
 from slo_operator.reconcile.chunking import request_shape as chunk_shape
@@ -817,7 +817,8 @@ class SloOperator:
         return chunk_choose(st=st, source=source, itl_ms=float(o.inter_token_latency_ms),
                             batch=batch, default=BATCHED_TOKENS_LARGE_GPU, floor=seqs,
                             engine=engine_basis(ctx.precision, 1, seqs), held=self.chunk,
-                            now=now, shape=chunk_shape(self.state))
+                            now=now, shape=chunk_shape(self.state),
+                            missed=itl_missed(self.state))
 
     def initial_chunk_budget(self, ctx: Context) -> int | None:
         """The budget the operator renders the Deployment with (seed step times)."""

@@ -319,6 +319,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         cached_share=model.cached,
         last_waiting=waiting,
         last_time=now,
+        itl_over=_itl_over(sig, policy),
         idle_since=idle_since,
     )
     return Decision(
@@ -976,6 +977,14 @@ def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float
     if math.ceil(need - 1e-9) != cur:
         return R.WITHIN_TOLERANCE
     return R.STEADY
+
+
+def _itl_over(sig: Signals, policy: ControlPolicy) -> float | None:
+    """The measured inter-token percentile over its objective; None without either."""
+    if sig.itl_ms is None or not policy.itl_target_ms or policy.itl_target_ms <= 0:
+        return None
+    over = sig.itl_ms / policy.itl_target_ms
+    return over if math.isfinite(over) and over >= 0 else None
 
 
 def _latency_text(sig: Signals, policy: ControlPolicy) -> str:

@@ -43,6 +43,9 @@ class ControlState:
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
     last_waiting: float | None = None  # queue length at the last valid decision
     last_time: float | None = None  # time of the last valid decision
+    # Measured inter-token percentile over the objective at the last valid decision (None:
+    # no objective or no samples): above 1 the ITL lever may move before its rate limit.
+    itl_over: float | None = None
     # Scale to zero: since when the service has been idle (no request over the window),
     # since when it is at zero, and the wake (its requestedAt) last acted on or already
     # there when it went to zero.
@@ -78,6 +81,7 @@ class ControlState:
             "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
             "lastWaiting": _opt(self.last_waiting),
             "lastTime": _opt(self.last_time),
+            "itlOver": _opt(self.itl_over),
             "idleSince": _opt(self.idle_since),
             "zeroSince": _opt(self.zero_since),
             "wakeSeen": _opt(self.wake_seen),
@@ -115,6 +119,7 @@ class ControlState:
             cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),
             last_waiting=_num(data.get("lastWaiting"), lo=0.0),
             last_time=_num(data.get("lastTime")),
+            itl_over=_num(data.get("itlOver"), lo=0.0),
             idle_since=_num(data.get("idleSince")),
             zero_since=_num(data.get("zeroSince")),
             wake_seen=_num(data.get("wakeSeen")),

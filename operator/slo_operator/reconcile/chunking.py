@@ -29,7 +29,13 @@ with the objective and the engine settings it was chosen for and when) and moved
   :data:`CHANGE_INTERVAL_S`, and only across a hysteresis band: lowered when the objective's
   budget is at least a grid step (``CHUNK_GRID``) below the kept one, raised only when a
   budget planned with :data:`RAISE_SLACK` of the objective to spare is at least a grid step
-  above it. A learnt speed that wobbles around a grid boundary moves nothing.
+  above it. A learnt speed that wobbles around a grid boundary moves nothing;
+- sooner, after :data:`MISS_INTERVAL_S`, only to lower it, when the measured inter-token
+  percentile is over the objective (the law's ``itlOver`` above 1) and the budget planned
+  from what the law has learnt is at least a grid step lower: the kept budget was planned
+  for a shape the traffic does not have (long prompts whose chunks attend to long
+  contexts), and waiting out the rate limit would spend the error budget. A service that
+  meets its objective is never rolled by this rule.
 
 Each move of a running variant's budget is announced by a ``ChunkBudgetChanged`` Event
 (:func:`chunk_events`); the planned budget and why are in ``status.engineNotes``.
@@ -68,6 +74,10 @@ CHANGE_INTERVAL_S = 1800.0
 # between the lowering and the raising threshold is what keeps a budget from going up and
 # down as the estimate crosses a grid boundary and back.
 RAISE_SLACK = 0.1
+# The least time between a budget's choice and a lowering for a measured miss: long enough
+# for a rolled Deployment's replicas to start and for a window of their steps to be measured
+# (a minute's window plus a few minutes of cold start), so one miss rolls once.
+MISS_INTERVAL_S = 600.0
 # Where the kept budgets live in status.control, beside the law's "state" and "slo".
 MEMORY_KEY = "chunkBudget"
 # Event reason for a moved budget (Normal).
@@ -154,6 +164,11 @@ def step_times(model_size_b: float | None, precision: str, product: str, tp: int
     return seed, f"seed step times for {product} {precision}"
 
 
+def itl_missed(state: ControlState) -> bool:
+    """Whether the law last measured the inter-token percentile over its objective."""
+    return state.itl_over is not None and state.itl_over > 1.0
+
+
 def request_shape(state: ControlState) -> tuple[float, float]:
     """Mean prompt and output tokens the law has learnt, or its defaults."""
     return (state.prompt_tokens or DEFAULT_PROMPT_TOKENS,
@@ -175,11 +190,12 @@ def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min
 
 def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: int,
            floor: int, engine: str, held: ChunkMemory | None, now: float | None,
-           shape: tuple[float, float] = (0.0, 0.0)) -> ChunkMemory:
+           shape: tuple[float, float] = (0.0, 0.0), missed: bool = False) -> ChunkMemory:
     """The budget to run and keep: a fresh one, or ``held`` while the rate limit and the
     hysteresis band hold it (module docstring). ``now`` None: no drift moves (a caller
     that only wants the budget the replicas run). ``shape``: the mean prompt and output
-    tokens (``request_shape``) whose context the steps read and attend to."""
+    tokens (``request_shape``) whose context the steps read and attend to. ``missed``: the
+    measured inter-token percentile is over the objective (a lowering may come sooner)."""
 
     def fresh(target: float) -> ChunkMemory:
         tokens, fits = chunk_budget_for_itl(st, target, batch, default=default, floor=floor,
@@ -192,11 +208,13 @@ def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: in
 
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)
-    if now is None or now - held.time < CHANGE_INTERVAL_S:
+    if now is None or now - held.time < (MISS_INTERVAL_S if missed else CHANGE_INTERVAL_S):
         return held
     lower = fresh(itl_ms)
     if lower.tokens <= held.tokens - CHUNK_GRID:
         return lower
+    if now - held.time < CHANGE_INTERVAL_S:
+        return held  # a miss only lowers
     higher = fresh(itl_ms * (1.0 - RAISE_SLACK))
     if higher.tokens >= held.tokens + CHUNK_GRID:
         return higher

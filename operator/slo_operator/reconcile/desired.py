@@ -44,6 +44,7 @@ from slo_operator.reconcile.chunking import (
     choose,
     decode_batch,
     engine_basis,
+    itl_missed,
     read_memory,
     request_shape,
     step_times,
@@ -300,7 +301,7 @@ def chunk_budget(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool,
     return choose(st=st, source=source, itl_ms=float(itl), batch=batch,
                   default=default_max_num_batched_tokens(hw), floor=floor,
                   engine=engine_basis(precision, tp, floor), held=held, now=now,
-                  shape=request_shape(state))
+                  shape=request_shape(state), missed=itl_missed(state))
 
 
 def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:

@@ -364,6 +364,18 @@ def test_an_inter_token_miss_lowers_the_limit_and_the_replicas_follow() -> None:
     assert ds[-1].replicas > 2
 
 
+def test_each_decision_keeps_the_measured_inter_token_latency_against_its_objective() -> None:
+    """What the ITL lever reads (``reconcile.chunking``): over 1 while the percentile
+    misses, under 1 once inside, unknown without samples or without an objective."""
+    loop = settled(2, policy=ITL_POLICY, rate=30.0, itl=20.0)
+    assert loop.state.itl_over == pytest.approx(20.0 / 30.0)
+    loop.run(20, rate=30.0, itl=45.0)
+    assert loop.state.itl_over == pytest.approx(1.5)
+    loop.run(20, rate=30.0, itl=None)
+    assert loop.state.itl_over is None
+    assert settled(2, rate=30.0, itl=45.0).state.itl_over is None  # no ITL objective
+
+
 def test_the_limit_comes_back_toward_the_model_once_latency_is_inside() -> None:
     loop = lowered()
     ds = loop.run(600, rate=30.0, itl=15.0)

@@ -13,11 +13,13 @@ from slo_operator.control.state import ControlState
 from slo_operator.reconcile.chunking import (
     CHANGE_INTERVAL_S,
     MEMORY_KEY,
+    MISS_INTERVAL_S,
     ChunkMemory,
     change,
     choose,
     chunk_events,
     decode_batch,
+    itl_missed,
     read_memory,
     step_times,
     with_memory,
@@ -35,9 +37,10 @@ SLOWER = StepTimes(10.0, 0.0, 0.012)  # 2304 at the objective
 
 
 def pick(st: StepTimes, held: ChunkMemory | None, now: float | None, itl: float = 50.0,
-         engine: str = ENGINE, floor: int = 256) -> ChunkMemory:
+         engine: str = ENGINE, floor: int = 256, missed: bool = False) -> ChunkMemory:
     return choose(st=st, source="seed step times for H100-SXM-80GB fp8", itl_ms=itl, batch=1,
-                  default=8192, floor=floor, engine=engine, held=held, now=now)
+                  default=8192, floor=floor, engine=engine, held=held, now=now,
+                  missed=missed)
 
 
 HELD = replace(pick(SEED, None, T0), tokens=2560)  # chosen earlier, at a slower estimate
@@ -67,6 +70,31 @@ def test_drift_moves_the_budget_at_most_once_an_interval_across_the_band(
     got = pick(st, HELD, T0 + after)
     assert got.tokens == want
     assert got.time == (T0 if want == HELD.tokens else T0 + after)
+
+
+@pytest.mark.parametrize(
+    ("st", "after", "want"),
+    [
+        pytest.param(SLOWER, MISS_INTERVAL_S - 1, 2560, id="a-miss-waits-for-its-interval"),
+        pytest.param(SLOWER, MISS_INTERVAL_S, 2304, id="a-miss-lowers-before-the-rate-limit"),
+        # The model says the kept budget fits: a miss alone moves nothing (the law's
+        # replicas and limit answer it).
+        pytest.param(SEED, MISS_INTERVAL_S, 2560, id="a-miss-the-model-does-not-explain"),
+        pytest.param(FASTER, MISS_INTERVAL_S, 2560, id="a-miss-never-raises-early"),
+    ],
+)
+def test_a_measured_inter_token_miss_lowers_the_budget_sooner_never_raises_it(
+        st: StepTimes, after: float, want: int) -> None:
+    got = pick(st, HELD, T0 + after, missed=True)
+    assert got.tokens == want
+    assert got.time == (T0 if want == HELD.tokens else T0 + after)
+
+
+@pytest.mark.parametrize(("over", "missed"), [(None, False), (0.8, False), (1.0, False),
+                                              (1.2, True)])
+def test_a_miss_is_the_laws_measured_percentile_over_the_objective(over: float | None,
+                                                                    missed: bool) -> None:
+    assert itl_missed(ControlState(itl_over=over)) is missed
 
 
 def test_a_budget_raised_with_slack_is_not_lowered_by_the_estimate_it_was_raised_at() -> None:
