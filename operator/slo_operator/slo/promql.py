@@ -14,7 +14,9 @@ sub-expression per distinct percentile (at most ``MAX_QUANTILES``; a further one
 the nearest measured percentile above it, never below), tagged with a ``quantile`` label,
 and one for the observation rate (the ``+Inf`` bucket, tagged ``quantile="count"``) that
 tells which source has samples. The ``decode`` query alone returns bucket rates by ``le``:
-the jitter bound (``slo.histogram.cv_lower_bound``) needs the buckets. Policy windows
+the jitter bound (``slo.histogram.cv_lower_bound``) needs the buckets; it returns them
+for one source per service and window, the first with samples (PromQL's ``and on`` /
+``or on``), not for every source. Policy windows
 differ too: each range query holds one sub-expression per distinct window (at most
 ``MAX_WINDOWS``; further windows are measured at the nearest of those), tagged with a
 ``window`` label. Alternative sources of one signal
@@ -257,15 +259,28 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
                 parts.append(_tag(count, window=w, source=src, quantile=COUNT))
         return _or(parts)
 
-    def hist(sources: tuple[tuple[str, str], ...], with_sum: bool = False) -> str:
+    def decode(sources: tuple[tuple[str, str], ...]) -> str:
+        # Per window, the buckets and the _sum of the first source with samples only: a
+        # source's rows are kept for the services whose observation rate is above 0 there
+        # (``and on``), and a later source's only for services no earlier one answered for
+        # (``or on``). The reply holds one source's rows per service, not every source's.
         parts = []
         for w in labels:
-            for src, name in sources:
-                e = f"sum by ({BY_SERVICE}, le) (rate({name}_bucket{s}[{w}]))"
-                parts.append(_tag(e, window=w, source=src))
-                if with_sum:
-                    e = f"sum by ({BY_SERVICE}) (rate({name}_sum{s}[{w}]))"
-                    parts.append(_tag(e, window=w, source=src, le=SUM_LE))
+            chain = ""
+            for i, (src, name) in enumerate(sources):
+                rows = _or([
+                    _tag(f"sum by ({BY_SERVICE}, le) (rate({name}_bucket{s}[{w}]))",
+                         window=w, source=src),
+                    _tag(f"sum by ({BY_SERVICE}) (rate({name}_sum{s}[{w}]))",
+                         window=w, source=src, le=SUM_LE),
+                ])
+                if i < len(sources) - 1:
+                    rows = (f"(({rows}) and on ({BY_SERVICE}) "
+                            f"(sum by ({BY_SERVICE}) (rate({name}_bucket{inf}[{w}])) > 0))")
+                else:
+                    rows = f"({rows})"
+                chain = rows if not chain else f"({chain} or on ({BY_SERVICE}) {rows})"
+            parts.append(chain)
         return _or(parts)
 
     def rates() -> str:
@@ -292,7 +307,7 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         Query("e2e", latency("e2e", E2E_SOURCES)),
         Query("ttft", latency("ttft", TTFT_SOURCES)),
         Query("itl", latency("itl", ITL_SOURCES)),
-        Query("decode", hist(DECODE_SOURCES, with_sum=True)),
+        Query("decode", decode(DECODE_SOURCES)),
         Query("throughput", rates()),
         Query("burst", burst()),
         Query("waiting", _or(_tag(f"sum by ({BY_SERVICE}) ({n}{s})", source=src)

@@ -352,6 +352,39 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
     run_promtool(tmp_path, ["test", "rules"], tests, "test.yaml")
 
 
+def test_decode_returns_the_first_source_with_samples_per_service_in_promtool(
+        tmp_path: Path) -> None:
+    """Service s decodes with per-request samples (its per-token rows stay out of the
+    reply); service t has the per-request histogram but no request finished in the window,
+    so its per-token rows come instead; both with the ``_sum`` pseudo bucket. Samples every
+    20 s: a 60 s rate extrapolates its three samples by exactly 1.5, so every rate below
+    is exact."""
+    req, tok = "vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds"
+    s0 = {"namespace": "a", "service": "s", "pod": "s-0", "engine": "0", "model_name": "m"}
+    t0 = {**s0, "service": "t", "pod": "t-0"}
+    inputs = []
+    for pod, req_per in ((s0, 20), (t0, 0)):  # 1/s finished requests for s, none for t
+        for le in ("0.02", "+Inf"):
+            inputs.append(series(f"{req}_bucket", {**pod, "le": le}, req_per))
+            inputs.append(series(f"{tok}_bucket", {**pod, "le": le}, 200))  # 10 tokens/s
+        inputs.append(series(f"{req}_sum", pod, 0.25 * req_per / 20))  # 12.5 ms each
+        inputs.append(series(f"{tok}_sum", pod, 2.5))  # 12.5 ms each
+    expr = {q.name: q.expr for q in build_queries([60], namespaces=["a"]).queries}["decode"]
+
+    def sample(svc: str, src: str, le: str, value: float) -> dict[str, Any]:
+        labels = {"namespace": "a", "service": svc, "window": "60s", "source": src, "le": le}
+        body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return {"labels": "{" + body + "}", "value": value}
+
+    want = [sample("s", "request", le, 1.0) for le in ("0.02", "+Inf")]
+    want.append(sample("s", "request", promql.SUM_LE, 0.0125))
+    want += [sample("t", "token", le, 10.0) for le in ("0.02", "+Inf")]
+    want.append(sample("t", "token", promql.SUM_LE, 0.125))
+    tests = {"tests": [{"interval": "20s", "input_series": inputs, "promql_expr_test": [
+        {"expr": expr, "eval_time": "5m", "exp_samples": want}]}]}
+    run_promtool(tmp_path, ["test", "rules"], tests, "decode.yaml")
+
+
 # --- what each pod runs ------------------------------------------------------------------------
 
 
