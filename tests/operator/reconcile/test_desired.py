@@ -10,7 +10,7 @@ import pytest
 from slo_operator.api import conditions as C
 from slo_operator.api.models import InferenceServiceSpec, KvCacheDtype, Precision, SLOPolicySpec
 from slo_operator.engine import KV_CACHE_DTYPES, PRECISIONS
-from slo_operator.reconcile.chunking import CHANGE_INTERVAL_S, with_memory
+from slo_operator.reconcile.chunking import CHANGE_INTERVAL_S, MISS_INTERVAL_S, with_memory
 from slo_operator.reconcile.desired import (
     NodeInfo,
     Problem,
@@ -298,3 +298,21 @@ def test_learnt_speed_moves_the_budget_only_after_the_rate_limit() -> None:
     assert budget(moved) < budget(first)
     (change,) = moved.chunk_changes
     assert change.why.startswith("re-planned from step times learnt on H100-SXM-80GB fp8")
+
+
+def test_a_measured_inter_token_miss_moves_the_budget_before_the_rate_limit() -> None:
+    """Status says the law measured the percentile over the objective (``itlOver``) and
+    has learnt long prompts: the plan lowers the budget once ``MISS_INTERVAL_S`` passed,
+    not ``CHANGE_INTERVAL_S``; the same shape without a miss waits for the rate limit."""
+    first = planned(itl_policy(50))
+    long_prompts = {"promptTokens": 16000.0, "outputTokens": 200.0}
+    missed = _control(first, **long_prompts, itlOver=1.3)
+    early = planned(itl_policy(50), missed, now=T0 + MISS_INTERVAL_S - 1)
+    assert budget(early) == budget(first) and early.chunk_changes == ()
+    moved = planned(itl_policy(50), missed, now=T0 + MISS_INTERVAL_S)
+    assert budget(moved) < budget(first)
+    (change,) = moved.chunk_changes
+    assert change.why.startswith("re-planned from seed step times")
+    inside = planned(itl_policy(50), _control(first, **long_prompts, itlOver=0.9),
+                     now=T0 + MISS_INTERVAL_S)
+    assert budget(inside) == budget(first)
