@@ -150,9 +150,6 @@ class ScaleIn:
     window_s: float
     lookback_s: float
     why: str
-    # Least time between two scale-ins (None: no pacing): with a thin error budget one
-    # replica at a time, each measured for a policy window before the next goes.
-    pace_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -556,11 +553,9 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
 
     The error budget decides the trade: with much of it left (``BUDGET_RICH``) a scale-in
     may risk a window, so it waits ``SCALE_IN_FAST`` of the policy's window; with little
-    left (``BUDGET_THIN``) the whole window, and it is paced: one replica at a time, the
-    next only after a policy window has measured the replicas without it (a model that
-    over-states a replica's capacity shows in that window, not after several replicas
-    went at once); in between, linearly. Bursty load keeps the whole window whatever the
-    budget (its next burst is likely inside it). A policy window of zero stays zero.
+    left (``BUDGET_THIN``) the whole window; in between, linearly. Bursty load keeps the
+    whole window whatever the budget (its next burst is likely inside it). A policy
+    window of zero stays zero.
     """
     full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
     rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
@@ -568,16 +563,11 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
     if budget_left is None or not math.isfinite(budget_left):
         return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
     if shape == "bursty":
-        thin = budget_left <= BUDGET_THIN
         return ScaleIn(full, lookback, f"bursty load: the whole window ({budget_left:.0%} of "
-                       "the error budget left" + (f", one replica per {policy.window_s:.0f} s)"
-                                                  if thin else ")"),
-                       pace_s=policy.window_s if thin else None)
+                       "the error budget left)")
     if budget_left <= BUDGET_THIN:
-        return ScaleIn(full, lookback, f"{budget_left:.0%} of the error budget left, {shape} "
-                       f"load: {full:.0f} s of the {full:.0f} s window, one replica per "
-                       f"{policy.window_s:.0f} s", pace_s=policy.window_s)
-    if budget_left >= BUDGET_RICH:
+        share = 1.0
+    elif budget_left >= BUDGET_RICH:
         share = SCALE_IN_FAST
     else:
         share = 1.0 - (1.0 - SCALE_IN_FAST) * (budget_left - BUDGET_THIN) \
@@ -655,13 +645,6 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         limited = (R.SCALE_DOWN_LIMIT, f"wanted {target} replicas, at most "
                    f"{policy.max_scale_down_step} removed per decision")
         target = cur - policy.max_scale_down_step
-    if target < cur and scale_in.pace_s is not None:
-        last_in = state.last_scale_time if state.last_scale_direction < 0 else None
-        room = 0 if last_in is not None and now - last_in < scale_in.pace_s else 1
-        if target < cur - room:
-            limited = (R.SCALE_DOWN_LIMIT, f"wanted {target} replicas, one removed per "
-                       f"{scale_in.pace_s:.0f} s while the error budget is thin")
-            target = cur - room
 
     # Pending pods are not capacity, and asking for more while they wait helps nobody.
     if target > cur and obs.replicas.pending > 0:

@@ -631,31 +631,6 @@ def test_the_error_budget_left_sets_how_long_a_scale_in_waits(budget: float | No
     assert first * CYCLE == math.floor(window / CYCLE) * CYCLE
 
 
-@pytest.mark.parametrize("budget", [0.1, law.BUDGET_THIN])
-def test_with_a_thin_error_budget_a_scale_in_goes_one_replica_a_window(budget: float) -> None:
-    """A load drop from 6 replicas' worth to 1: each replica removed is measured for a
-    policy window before the next goes, and the decision says why it stopped at one."""
-    loop = settled(6, rate=120.0, arrivals=120.0, budget=budget)
-    assert loop.replicas == 6
-    start = loop.now
-    ds = loop.run(900, rate=10.0, arrivals=10.0, budget=budget)
-    ins = [start + i * CYCLE for i, (prev, d) in enumerate(itertools.pairwise(ds), 1)
-           if d.replicas < prev.replicas]
-    assert len(ins) >= 3 and all(b - a >= loop.policy.window_s for a, b in itertools.pairwise(ins))
-    assert all(prev.replicas - d.replicas <= 1 for prev, d in itertools.pairwise(ds))
-    paced = [d for d in ds if d.limited_reason == R.SCALE_DOWN_LIMIT]
-    assert any("error budget is thin" in d.limited_message for d in paced)
-    assert ds[-1].explanation is not None and ds[-1].explanation.scale_in.pace_s == \
-        loop.policy.window_s
-
-
-def test_with_budget_to_spare_a_scale_in_is_not_paced() -> None:
-    loop = settled(6, rate=120.0, arrivals=120.0, budget=0.95)
-    ds = loop.run(900, rate=10.0, arrivals=10.0, budget=0.95)
-    assert ds[-1].explanation is not None and ds[-1].explanation.scale_in.pace_s is None
-    assert not any("error budget is thin" in d.limited_message for d in ds)
-
-
 def test_bursty_load_waits_the_whole_window_whatever_the_budget() -> None:
     loop = Loop(replicas=3)
     ds = [loop.step(rate=a, arrivals=a, budget=0.95)
