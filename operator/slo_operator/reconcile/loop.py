@@ -94,7 +94,7 @@ from slo_operator.slo.engine_info import (
 )
 from slo_operator.slo.engine_info import observed_status as engine_observed
 from slo_operator.slo.evaluate import Outcome, SLOHistory, evaluate_window, record, report
-from slo_operator.slo.promql import ENGINE_QUERY, QueryPlan, build_queries
+from slo_operator.slo.promql import ENGINE_QUERY, QueryPlan, build_queries, percentiles_asked
 from slo_operator.slo.signals import parse_signals, spec_for
 
 log = logging.getLogger(__name__)
@@ -241,11 +241,8 @@ def inputs(snap: Snapshot, settings: Settings | None = None, fleet: Fleet | None
 
 def query_plan(services: Sequence[ServiceInput]) -> QueryPlan:
     """The pass's queries: one per signal for all services and their policy windows."""
-    objectives = [s.policy.objectives for s in services]
     return build_queries({float(parse_duration(s.policy.window)) for s in services},
-                         percentiles={"e2e": [o.e2e_percentile for o in objectives],
-                                      "ttft": [o.ttft_percentile for o in objectives],
-                                      "itl": [o.inter_token_percentile for o in objectives]})
+                         percentiles=percentiles_asked(s.policy.objectives for s in services))
 
 
 def replica_counts(desired: int, pods: Sequence[PodObs], now: float) -> ReplicaCounts:

@@ -16,12 +16,11 @@ and one for the observation rate (the ``+Inf`` bucket, tagged ``quantile="count"
 tells which source has samples. The ``decode`` query alone returns bucket rates by ``le``:
 the jitter bound (``slo.histogram.cv_lower_bound``) needs the buckets; it returns them
 for one source per service and window, the first with samples (PromQL's ``and on`` /
-``or on``), not for every source. Policy windows
-differ too: each range query holds one sub-expression per distinct window (at most
-``MAX_WINDOWS``; further windows are measured at the nearest of those), tagged with a
-``window`` label. Alternative sources of one signal
-(client-visible gateway histograms and vLLM's own; current and older vLLM names) are
-tagged with a ``source`` label and chosen per service in ``slo.signals``.
+``or on``), not for every source. Policy windows differ too: each range query holds one
+sub-expression per distinct window (at most ``MAX_WINDOWS``; further windows are measured
+at the nearest of those), tagged with a ``window`` label. Alternative sources of one
+signal (client-visible gateway histograms and vLLM's own; current and older vLLM names)
+are tagged with a ``source`` label and chosen per service in ``slo.signals``.
 
 Demand is read where it arrives: the gateway counts every inference request before
 admission (``slo_gateway_arrivals_total``), so the ``throughput`` query carries the mean
@@ -70,9 +69,6 @@ MAX_WINDOWS = 4
 QUANTILE_QUERIES = ("e2e", "ttft", "itl")
 MAX_QUANTILES = 4
 COUNT = "count"  # the ``quantile`` label of a latency query's observation-rate rows
-_DEFAULTS = Objectives()
-DEFAULT_PERCENTILES = {"e2e": _DEFAULTS.e2e_percentile, "ttft": _DEFAULTS.ttft_percentile,
-                       "itl": _DEFAULTS.inter_token_percentile}
 BY_SERVICE = "namespace, service"  # the labels every query groups by
 # Scrape interval the ``burst`` query is sized for by default: the chart's PodMonitor
 # default (charts/slo-operator/values.yaml, podMonitor.interval); the loop is not told the
@@ -178,6 +174,17 @@ def plan_windows(windows: Iterable[float]) -> dict[int, str]:
     return {w: duration(w) if w in chosen else duration(_nearest_int(w, chosen)) for w in counts}
 
 
+def percentiles_asked(objectives: Iterable[Objectives]) -> dict[str, list[float]]:
+    """The percentiles these objectives ask of each latency query (``QUANTILE_QUERIES``)."""
+    objs = list(objectives)
+    return {"e2e": [o.e2e_percentile for o in objs],
+            "ttft": [o.ttft_percentile for o in objs],
+            "itl": [o.inter_token_percentile for o in objs]}
+
+
+DEFAULT_PERCENTILES = percentiles_asked([Objectives()])  # the API's defaults
+
+
 def quantile_label(percentile: float) -> str:
     """The ``quantile`` label (and ``histogram_quantile`` argument) of a percentile given
     as a fraction: six significant digits, so 0.99 and 0.9900000001 are one."""
@@ -235,7 +242,7 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
     """
     plan = plan_windows(windows)
     asked = dict(percentiles or {})
-    quantiles = {name: plan_quantiles(asked.get(name) or (DEFAULT_PERCENTILES[name],))
+    quantiles = {name: plan_quantiles(asked.get(name) or DEFAULT_PERCENTILES[name])
                  for name in QUANTILE_QUERIES}
     labels = sorted(set(plan.values()), key=lambda d: int(d[:-1]))
     sel = ['namespace!=""', 'service!=""']
