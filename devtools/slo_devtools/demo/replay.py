@@ -6,7 +6,9 @@ import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from slo_devtools.demo import truth
 from slo_devtools.devenv.loadgen import LoadResult, LoadSpec, replay
 from slo_devtools.sim.traces import Trace
 
@@ -65,14 +67,23 @@ class Replay:
         self._started.set()
 
         async def one(t: Target) -> None:
-            # The trace is already compressed, so the generator's own factor is 1.
-            spec = LoadSpec(model=t.model, speed=1.0, stream=False,
+            # The trace is already compressed, so the generator's own factor is 1. Streamed,
+            # so the client sees each request's first token and token gaps (ground truth).
+            spec = LoadSpec(model=t.model, speed=1.0, stream=True,
                             timeout_s=REQUEST_TIMEOUT_S)
             self.results[t.service] = await replay(t.trace.requests, t.endpoints, spec,
                                                    stop=self._stop)
 
         await asyncio.gather(*(one(t) for t in self.targets))
 
-    def client_summary(self) -> Mapping[str, dict[str, float | int | None]]:
-        """Per service: requests sent, answered, failed, and client-side latencies."""
-        return {svc: r.summary() for svc, r in self.results.items()}
+    def client_summary(self, goals: Mapping[str, truth.Goal] | None = None
+                       ) -> Mapping[str, dict[str, Any]]:
+        """Per service: requests sent, answered, failed, client-side latencies and, for a
+        service in ``goals``, its SLO windows judged from those latencies."""
+        out: dict[str, dict[str, Any]] = {}
+        for svc, r in self.results.items():
+            out[svc] = dict(r.summary())
+            if goals and svc in goals:
+                out[svc]["windows"] = truth.summary(
+                    truth.client_windows(r.records, goals[svc]), goals[svc])
+        return out

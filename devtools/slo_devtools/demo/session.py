@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from slo_devtools.demo import scenario, timeline, view
+from slo_devtools.demo import scenario, timeline, truth, view
 from slo_devtools.demo.build import ensure_binaries, format_duration
 from slo_devtools.demo.plots import plot_all
 from slo_devtools.demo.replay import Replay, Target
@@ -151,7 +151,9 @@ def _run(opts: Options, console: Console, out: Path, traces: dict[str, Trace],
         except (KeyboardInterrupt, Interrupted):
             interrupted = True
             console.print("[yellow]Interrupted: everything the demo started has been stopped.[/]")
-    client = dict(load.client_summary()) if load is not None else {}
+    goals = {t.service: truth.goal_of(scenario.EXAMPLES / t.file)
+             for t in scenario.TENANTS if t.service in traces}
+    client = dict(load.client_summary(goals)) if load is not None else {}
     _report(out, samples, traces, opts, duration, startup, interrupted, workdir, client, console)
     return Result(out, interrupted)
 

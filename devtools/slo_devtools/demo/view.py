@@ -103,7 +103,7 @@ def summary_table(summaries: Sequence[ServiceSummary],
     table = Table(title="Summary", header_style="bold cyan")
     for col in ("service", "GPU", "scale\nouts", "scale\nins", "limit\nchanges", "replicas",
                 "replica\nseconds", "live\nlimit", "max P99\nms", "max TTFT\nms", "SLO\nmet",
-                "requests\nok/sent"):
+                "windows\ngood", "requests\nok/sent"):
         name = col in ("service", "GPU")
         table.add_column(col, justify="left" if name else "right", no_wrap=True)
     for s in summaries:
@@ -119,9 +119,15 @@ def summary_table(summaries: Sequence[ServiceSummary],
             _num(s.e2e_max_ms),
             _num(s.ttft_max_ms),
             "-" if s.compliant_fraction is None else f"{100 * s.compliant_fraction:.0f}%",
+            _windows(client.get(s.service)),
             _requests(client.get(s.service)),
         )
     return table
+
+
+def _windows(c: Mapping[str, Any] | None) -> str:
+    w = (c or {}).get("windows") or {}
+    return "-" if not w.get("windows") else f"{w.get('good', 0)}/{w['windows']}"
 
 
 def _requests(c: Mapping[str, Any] | None) -> str:

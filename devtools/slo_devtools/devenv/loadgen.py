@@ -9,7 +9,7 @@ endpoint of the service in round-robin order, re-reading the endpoint list on ev
 request so that scale-out and scale-in take effect at once, as a Service's endpoints do.
 Requests are OpenAI completions (``prompt`` as token IDs, ``max_tokens`` = output
 length), streamed or not; the client records queueing-free latencies: time to first
-byte of a token (TTFT, streaming only) and end to end.
+byte of a token (TTFT, streaming only), the gaps between streamed tokens and end to end.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Record:
     ttft: float | None          # first token (streaming), seconds after sending
     e2e: float | None           # whole response, seconds after sending
     tokens: int = 0
+    gaps: tuple[float, ...] = ()  # seconds between consecutive streamed tokens (streaming)
 
 
 @dataclass
@@ -116,14 +117,20 @@ async def _one(session: aiohttp.ClientSession, url: str, req: TraceRequest, spec
     sent = time.monotonic()
     ttft: float | None = None
     tokens = 0
+    gaps: list[float] = []
+    last = 0.0
     try:
         async with session.post(url + "/v1/completions", json=body, headers=headers) as r:
             if spec.stream and r.status == 200:
                 async for line in r.content:
                     if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                         continue
+                    now = time.monotonic()
                     if ttft is None:
-                        ttft = time.monotonic() - sent
+                        ttft = now - sent
+                    else:
+                        gaps.append(now - last)
+                    last = now
                     tokens += 1
             else:
                 doc = await r.read()
@@ -134,7 +141,7 @@ async def _one(session: aiohttp.ClientSession, url: str, req: TraceRequest, spec
         status = -1
     done = time.monotonic()
     result.records.append(Record(sent - start, url, prompt, output, status, ttft,
-                                 done - sent if status == 200 else None, tokens))
+                                 done - sent if status == 200 else None, tokens, tuple(gaps)))
 
 
 async def replay(requests: Sequence[TraceRequest], endpoints: Callable[[], Sequence[str]],
