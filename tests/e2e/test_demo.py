@@ -110,6 +110,17 @@ def test_demo_reports_both_tenants_with_replicas_and_live_limit(demo_run: DemoRu
     assert (demo_run.out / "samples.jsonl").stat().st_size > 0
 
 
+def test_demo_judges_windows_from_the_clients_streamed_latencies(demo_run: DemoRun) -> None:
+    for svc, c in demo_run.summary["client"].items():
+        w = c["windows"]
+        # Streamed: the client saw first tokens; a 60 s replay at 10 s windows judges
+        # several of them, each good or listed with the objectives it missed.
+        assert c["ttft_p95_s"] is not None, svc
+        assert w["window_s"] == 10 and w["windows"] >= 3, (svc, w)
+        assert w["good"] + len(w["missed"]) == w["windows"], (svc, w)
+        assert all(m["missed"] for m in w["missed"]), (svc, w)
+
+
 def test_demo_leaves_nothing_behind(demo_run: DemoRun) -> None:
     workdir = demo_run.summary["workdir"]
     assert workdir and not Path(workdir).exists()
