@@ -364,6 +364,10 @@ def test_a_restarted_activator_drops_what_it_held_and_the_service_still_wakes(
     w, ns = world, world.namespace
     with ThreadPoolExecutor(1) as pool:
         held = w.held_request(pool)
+        # Restarted once the wake is on the InferenceService (a wake still in flight when
+        # the activator stops is lost with it; the client's retry then makes a new one).
+        w.cluster.wait_for(lambda: w.activator.count("slo_activator_wakes_total") >= 1,
+                           timeout=10, desc="the wake recorded")
         w.restart_activator(ActivatorConfig())
         with pytest.raises(requests.ConnectionError):
             held.result(30)  # its connection is gone: the client retries
