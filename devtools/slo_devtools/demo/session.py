@@ -151,8 +151,8 @@ def _run(opts: Options, console: Console, out: Path, traces: dict[str, Trace],
         except (KeyboardInterrupt, Interrupted):
             interrupted = True
             console.print("[yellow]Interrupted: everything the demo started has been stopped.[/]")
-    goals = {t.service: truth.goal_of(scenario.EXAMPLES / t.file)
-             for t in scenario.TENANTS if t.service in traces}
+    goals = truth.goals({t.service: scenario.EXAMPLES / t.file
+                         for t in scenario.TENANTS if t.service in traces})
     client = dict(load.client_summary(goals)) if load is not None else {}
     _report(out, samples, traces, opts, duration, startup, interrupted, workdir, client, console)
     return Result(out, interrupted)

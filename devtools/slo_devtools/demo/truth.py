@@ -12,7 +12,7 @@ good when every objective the policy sets holds, and no request in it failed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,19 @@ def goal_of(manifest: Path) -> Goal:
                         else float(o.inter_token_latency_ms),
                         itl_q=o.inter_token_percentile, jitter=o.throughput_cv_max)
     raise ValueError(f"{manifest}: no SLOPolicy")
+
+
+def goals(files: Mapping[str, Path]) -> dict[str, Goal]:
+    """The goal of each service whose manifest can be read (service -> manifest file); one
+    that cannot is left out (its windows are then not judged), never an error at the end
+    of a run."""
+    out = {}
+    for svc, f in files.items():
+        try:
+            out[svc] = goal_of(f)
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+    return out
 
 
 def client_windows(records: Sequence[Record], goal: Goal) -> list[ClientWindow]:

@@ -31,6 +31,16 @@ def test_a_manifest_without_a_policy_is_an_error(tmp_path) -> None:
         truth.goal_of(f)
 
 
+def test_an_unreadable_manifest_leaves_only_that_service_unjudged(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: SLOPolicy\nspec: {objectives: {ttftMs: -1}}\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [unclosed\n")
+    got = truth.goals({"a/code": scenario.EXAMPLES / "tenant-code.yaml", "b/bad": bad,
+                       "c/broken": broken, "d/gone": tmp_path / "gone.yaml"})
+    assert list(got) == ["a/code"]
+
+
 def test_windows_hold_the_requests_finished_in_them_at_the_policy_percentile() -> None:
     # 20 requests finishing in window 0: one slow first token is the 5% P95 leaves out.
     fast = [rec(i * 0.1) for i in range(19)]

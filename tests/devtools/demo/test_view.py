@@ -54,13 +54,18 @@ def test_summary_table_has_the_counts() -> None:
     samples = [make(t=0.0, decisions=(Decision("t1", 1, 64, "Initial", ""),)),
                make(t=1.0, decisions=(Decision("t1", 1, 64, "Initial", ""),
                                       Decision("t2", 3, 32, "ScaleOut", "")))]
-    client = {"tenant-chat/chat": {"ok": 9, "requests": 10}}
+    client = {"tenant-chat/chat": {"ok": 9, "requests": 10,
+                                   "windows": {"windows": 6, "good": 5}}}
     out = text_of(summary_table(summarize(samples), client))
     row = next(line for line in out.splitlines() if "tenant-chat/chat" in line)
     cells = [c.strip() for c in row.split("│") if c.strip()]
     # service, GPU, scale-outs, scale-ins, limit changes, replicas, replica-s, live limit
     assert cells[:8] == ["tenant-chat/chat", "H100", "1", "0", "1", "2..2", "2", "48..48"]
-    assert cells[-1] == "9/10"
+    # ... client-judged windows good, requests answered / sent
+    assert cells[-2:] == ["5/6", "9/10"]
+    bare = text_of(summary_table(summarize(samples), {"tenant-chat/chat": {"ok": 9}}))
+    row = next(line for line in bare.splitlines() if "tenant-chat/chat" in line)
+    assert [c.strip() for c in row.split("│") if c.strip()][-2:] == ["-", "9/0"]
 
 
 def test_long_decision_message_is_cut_not_wrapped() -> None:
