@@ -103,14 +103,17 @@ async def _relay(request: web.Request, up: aiohttp.ClientResponse,
     return resp
 
 
-async def start_site(app: web.Application, host: str, port: int
-                     ) -> tuple[web.AppRunner, int]:
+async def start_site(app: web.Application, host: str, port: int, *,
+                     shutdown_timeout: float = 60.0) -> tuple[web.AppRunner, int]:
     """Start ``app`` on host:port (0 = any free port); returns the runner and the port.
 
     ``handler_cancellation`` makes aiohttp cancel a handler whose client disconnected,
     which is how a departed client's request gets cancelled upstream.
+    ``shutdown_timeout``: how long the runner's cleanup lets requests in flight finish
+    before it closes their connections (aiohttp's default, 60 s).
     """
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()

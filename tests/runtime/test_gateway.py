@@ -22,6 +22,7 @@ from slo_runtime.gateway import (
     engine_waiting,
 )
 from slo_runtime.limitwatch import parse_limit
+from slo_runtime.proxy import start_site
 from tests.runtime.rt_support import Servers, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -467,3 +468,27 @@ async def test_picker_metrics_are_502_while_vllm_does_not_answer(servers: Server
     _, url = await servers.gateway("http://127.0.0.1:9")  # discard port: nothing listens
     async with aiohttp.ClientSession() as s, s.get(url + PICKER_METRICS_PATH) as r:
         assert r.status == 502
+
+
+async def test_a_stopped_site_cuts_requests_still_in_flight_after_its_grace() -> None:
+    """A pod stopped mid-answer: the runner's cleanup ends at its grace, not when the
+    answer would (a streamed answer can run for a minute)."""
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"data: first\n\n")
+        await release.wait()  # never set: the answer would go on forever
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    runner, port = await start_site(app, "127.0.0.1", 0, shutdown_timeout=0.2)
+    async with aiohttp.ClientSession() as session, \
+            session.get(f"http://127.0.0.1:{port}/slow") as resp:
+        assert await resp.content.readline() == b"data: first\n"
+        # Completes although the handler never returns (the test's own timeout is 60 s).
+        await asyncio.wait_for(runner.cleanup(), timeout=30)
+        with pytest.raises(aiohttp.ClientError):
+            await resp.content.read()

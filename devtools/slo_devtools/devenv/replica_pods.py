@@ -56,6 +56,10 @@ log = logging.getLogger("slo_devtools.devenv.replica_pods")
 
 SELECTOR = f"{contract.LABEL_MANAGED_BY}={contract.MANAGED_BY}"
 DEFAULT_SHAPE = "llama-3.1-8b"
+# A deleted pod's requests in flight get this long to finish before their connections are
+# cut: the operator renders a 120 s grace period, shortened here so that stopping the
+# harness (which waits for the drains) stays inside its 30 s bound.
+STOP_GRACE_S = 10.0
 # vLLM 0.32.0 defaults where the arguments say nothing.
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -270,6 +274,7 @@ class ReplicaHarness:
         self.limit_poll_s = limit_poll_s
         self.default_max_tokens = default_max_tokens
         self._replicas: dict[tuple[str, str], RunningReplica] = {}
+        self._draining: set[asyncio.Task[None]] = set()  # deleted pods still draining
         self._nodes: dict[str, dict[str, str]] = {}
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever,
@@ -440,12 +445,14 @@ class ReplicaHarness:
                           self.default_max_tokens,
                           max_num_batched_tokens=spec.max_num_batched_tokens,
                           cold_start_s=cold, kv_cache_dtype=spec.kv_cache_dtype)
-        r_runner, r_port = await start_site(replica.app, "127.0.0.1", 0)
+        r_runner, r_port = await start_site(replica.app, "127.0.0.1", 0,
+                                            shutdown_timeout=STOP_GRACE_S)
         gateway = Gateway(GatewayConfig(
             upstream=f"http://127.0.0.1:{r_port}", default_limit=limit,
             limit_file=str(limit_file), poll_interval_s=self.limit_poll_s,
             tenants=TenantsConfig(default_tenant=spec.tenant or "default")))
-        g_runner, g_port = await start_site(gateway.app, "127.0.0.1", 0)
+        g_runner, g_port = await start_site(gateway.app, "127.0.0.1", 0,
+                                            shutdown_timeout=STOP_GRACE_S)
         running = RunningReplica(spec, hw.product if hw else "unknown", steps, limit_file,
                                  replica, gateway, r_port, g_port, [g_runner, r_runner])
         self._replicas[spec.key] = running
@@ -455,17 +462,26 @@ class ReplicaHarness:
         self._publish()
 
     async def _remove(self, key: tuple[str, str]) -> None:
+        """As a deleted pod: out of the endpoints and the scrape targets at once; its
+        requests in flight drain in the background (``STOP_GRACE_S``), so the next pod
+        event is not held behind a long answer."""
         running = self._replicas.pop(key, None)
         if running is None:
             return
         self._publish()
-        for runner in running.runners:
-            await runner.cleanup()
+        task = asyncio.get_running_loop().create_task(self._drain(key, running))
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    async def _drain(self, key: tuple[str, str], running: RunningReplica) -> None:
+        await asyncio.gather(*(runner.cleanup() for runner in running.runners))
         log.info("Stopped replica %s/%s", *key)
 
     async def _stop_all(self) -> None:
         for key in list(self._replicas):
             await self._remove(key)
+        if self._draining:
+            await asyncio.gather(*self._draining, return_exceptions=True)
 
     def _publish(self) -> None:
         if self.prometheus is not None:
