@@ -4,7 +4,9 @@
 (``app.kubernetes.io/managed-by=slo-operator``) and, for every Running pod, serves what
 the pod would serve: the real admission gateway (``slo_runtime.gateway``) in front of a
 replica model of vLLM (``slo_devtools.replica.server``), both aiohttp applications on free
-loopback ports in one background event loop. When the pod goes away its servers stop.
+loopback ports in one background event loop. When the pod goes away it leaves the
+endpoints and scrape targets at once and its servers stop once its requests in flight
+finish, at most ``STOP_GRACE_S`` later (a deleted pod's grace period, shortened).
 
 - Prometheus: each replica is registered through the file service discovery of a
   :class:`~slo_devtools.devenv.prometheus_server.PrometheusServer`, two endpoints per pod
