@@ -43,6 +43,7 @@ from slo_operator.api.activation import (
     LABEL_SLICE_MANAGED_BY,
     RETRY_AFTER_S,
     SLICE_MANAGED_BY,
+    Wake,
     parse_wake,
 )
 from slo_operator.api.cluster import ObjKey
@@ -301,8 +302,13 @@ def test_an_idle_service_goes_to_zero_and_its_first_request_wakes_it(world: Worl
     status, seconds, _ = post(where[1], ns, "chat")
     assert status == 200
     assert seconds >= COLD_START_S  # the cold start is in its latency
-    wake = parse_wake(w.status("chat")["metadata"]["annotations"][ANNOTATION_WAKE])
-    assert wake is not None and wake.waited_s is not None and wake.waited_s >= COLD_START_S
+
+    def served() -> Wake | None:  # the activator records the end after forwarding
+        wake = parse_wake(w.status("chat")["metadata"]["annotations"][ANNOTATION_WAKE])
+        return wake if wake is not None and wake.waited_s is not None else None
+
+    wake = w.cluster.wait_for(served, timeout=30, desc="the served wake recorded")
+    assert wake.waited_s is not None and wake.waited_s >= COLD_START_S
 
     # The route goes back to the pods; the second request goes straight to one.
     w.cluster.wait_for(lambda: route_slice(w.cluster, ns, "chat") is None, timeout=30,
@@ -347,12 +353,23 @@ def test_a_full_queue_is_refused_and_a_wake_that_outlasts_the_timeout_is_a_504(
         status, _, _ = first.result(60)
     assert status == 504
 
+    seen: list[dict[str, Any]] = []
+
     def timed_out() -> dict[str, Any] | None:
         svc = w.status("chat")
+        seen[:] = [svc]
         return svc if conditions(svc).get("Awake", {}).get("reason") == "WakeTimedOut" \
             else None
 
-    svc = w.cluster.wait_for(timed_out, timeout=30, desc="WakeTimedOut")
+    try:
+        svc = w.cluster.wait_for(timed_out, timeout=30, desc="WakeTimedOut")
+    except TimeoutError as e:  # what the operator had: the activator's record and status
+        last = seen[0] if seen else {}
+        wake = (last.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_WAKE)
+        raise AssertionError(
+            f"{e}; wake annotation {wake!r}, "
+            f"Awake {conditions(last).get('Awake')!r}, desiredReplicas "
+            f"{last.get('status', {}).get('desiredReplicas')!r}") from e
     assert svc["status"]["desiredReplicas"] == 1  # still asked for
     assert svc["status"]["scaleToZero"]["lastWakeTimedOut"]
     warnings = {e["reason"] for e in events_for(w.cluster, ns, "chat") if e["type"] == "Warning"}

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 SLICE_SELECTOR = f"{OWNED_SELECTOR},{LABEL_SLICE_MANAGED_BY}={ENDPOINT_CONTROLLER}"
 WATCH_TIMEOUT_S = 300
 RELIST_PAUSE_S = 1.0
+# A wake's write that gets no answer in this time fails (and is retried) instead of holding
+# the service's later records behind it.
+WAKE_WRITE_TIMEOUT_S = 10.0
 
 Address = Callable[[str, int], str]
 SliceEntry = tuple[str, str, str, tuple[str, ...]]
@@ -206,7 +209,8 @@ class KubeWaker:
         try:
             self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURALS["InferenceService"], name, body,
-                _content_type="application/merge-patch+json")
+                _content_type="application/merge-patch+json",
+                _request_timeout=WAKE_WRITE_TIMEOUT_S)
         except ApiException as e:
             if e.status == 404:
                 raise NotFound(f"InferenceService {namespace}/{name}") from e

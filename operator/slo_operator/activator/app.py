@@ -66,6 +66,12 @@ METRICS_PATH = "/metrics"
 # The activator's own endpoints answer only requests that name no InferenceService (a
 # kubelet probe or a scrape reaches the pod by its IP).
 OWN_PATHS = (HEALTH_PATH, READY_PATH, METRICS_PATH)
+# A wake's end (served, or given up) refused by the API server is written again, first
+# after FINAL_RETRY_S and then twice as late, for at most FINAL_RECORD_S: the operator reads
+# the WakeTimedOut condition and a cold start's wait from it, and no later write of the
+# resolved hold would carry it.
+FINAL_RETRY_S = 0.5
+FINAL_RECORD_S = 60.0
 
 METRIC_PREFIX = "slo_activator_"
 REQUESTS = f"{METRIC_PREFIX}requests"
@@ -242,7 +248,9 @@ class Activator:
                 task.cancel()
         # Records already under way (a wake's served or timed-out write) finish first.
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+            _, pending = await asyncio.wait(list(self._tasks), timeout=5)
+            for task in pending:  # a refused end still being retried
+                task.cancel()
         if self.session:
             await self.session.close()
 
@@ -354,7 +362,7 @@ class Activator:
                 "BadGateway"))
         if hold is not None and not hold.served:
             hold.served = True
-            self._spawn(self._write(hold, replace(
+            self._spawn(self._record_end(hold, replace(
                 self._wake(hold), served_at=sent_at,
                 waited_s=max(0.0, sent_at - hold.requested_at))))
         try:
@@ -402,8 +410,8 @@ class Activator:
                 self.metrics.timeouts.labels(*hold.key).inc()
                 log.warning("No Ready replica of %s/%s within %g s: answered %d waiting "
                             "request(s) 504", *hold.key, self.cfg.timeout_s, hold.waiting)
-                self._spawn(self._write(hold, replace(self._wake(hold),
-                                                      timed_out_at=self.now())))
+                self._spawn(self._record_end(hold, replace(self._wake(hold),
+                                                           timed_out_at=self.now())))
         if self.holds.get(hold.key) is hold:
             del self.holds[hold.key]
         hold.tasks[1].cancel()
@@ -423,10 +431,11 @@ class Activator:
             # Shielded: resolving the hold never cuts a write in half.
             await asyncio.shield(self._write(hold, self._wake(hold)))
 
-    async def _write(self, hold: Hold, wake: Wake) -> None:
+    async def _write(self, hold: Hold, wake: Wake) -> bool:
+        """Write ``wake``; whether it is settled (written, or no longer to be written)."""
         async with hold.lock:
             if hold.outcome.done() and hold.outcome.result() is Outcome.GONE:
-                return
+                return True
             try:
                 await self.waker.wake(*hold.key, wake)
             except NotFound:
@@ -434,16 +443,31 @@ class Activator:
                          *hold.key)
                 if not hold.outcome.done():
                     hold.outcome.set_result(Outcome.GONE)
-                return
+                return True
             except Exception as e:  # the API server's refusal of the moment: retried
                 log.warning("Could not record the wake of %s/%s: %s", *hold.key,
                             str(e).splitlines()[0] if str(e) else type(e).__name__)
                 if not hold.outcome.done():
                     hold.dirty.set()
-                return
+                return False
             if not hold.recorded:
                 hold.recorded = True
                 self.metrics.wakes.labels(*hold.key).inc()
+            return True
+
+    async def _record_end(self, hold: Hold, wake: Wake) -> None:
+        """Write a wake's end (served or given up), retried after a refusal (its hold has
+        resolved, so ``_record`` writes no more) for at most ``FINAL_RECORD_S``, until a
+        newer wake of the service supersedes it."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + FINAL_RECORD_S, FINAL_RETRY_S
+        while not await self._write(hold, wake):
+            newer = self.holds.get(hold.key)
+            if (newer is not None and newer is not hold) or loop.time() + pause > deadline:
+                log.warning("Gave up recording the end of the wake of %s/%s", *hold.key)
+                return
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, FINAL_RECORD_S / 4)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

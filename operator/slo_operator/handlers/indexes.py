@@ -42,9 +42,8 @@ OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
 # What the operator reads of its own resources' metadata: the name and namespace, the uid
-# (owner references, Events), the generation (observedGeneration, conditions) and the
-# resourceVersion (``handlers.setup.StatusMemory``).
-KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion")
+# (owner references, Events) and the generation (observedGeneration, conditions).
+KEPT_METADATA = ("name", "namespace", "uid", "generation")
 # Status keys that are kopf's, not the operator's (``settings.persistence`` in
 # ``handlers.setup.configure``): no status model reads them.
 KOPF_STATUS = "kopf"

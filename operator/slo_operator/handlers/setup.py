@@ -68,26 +68,44 @@ def connection_info(cfg: Any) -> kopf.ConnectionInfo:
     )
 
 
+# Writes in a row that the watch cache may not have delivered yet (each pass writes a
+# service's status at most once; the cache is a few writes behind at most).
+OLDER_STATUSES_KEPT = 8
+
+
 @dataclass
 class StatusMemory:
-    """The status this operator last wrote per service, with the resourceVersion of the
-    body it started from: while the watch cache still serves that revision, the written
-    status is the newer truth."""
+    """The status this operator last wrote per service, with the statuses the watch cache
+    may still serve from before it. While the cache serves one of those, the written
+    status is the newer truth, also in a newer revision of the object: another writer's
+    change (the activator's wake annotation, a user's label) can reach the cache before
+    this operator's status write does, and deciding from the older status then would undo
+    the write (a woken service sent back to zero). Once the cache serves any other status
+    it has the write (this operator is its status's only writer), and the cache wins."""
 
-    written: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    # (namespace, name) -> (statuses older than the write, the status written)
+    written: dict[tuple[str, str], tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = \
+        field(default_factory=dict)
 
     def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = body["metadata"]
         seen = self.written.get((meta["namespace"], meta["name"]))
-        if seen is None or seen[0] != meta.get("resourceVersion"):
+        if seen is None or (body.get("status") or {}) not in seen[0]:
             return body
         return {**body, "status": seen[1]}
 
     def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+        """``status`` was written over ``body``'s (the cache's, or what :meth:`latest`
+        put in its place). A write over the previous write keeps that one's older statuses:
+        the cache may still serve any of them, then the previous write, then this one."""
         meta = body["metadata"]
-        if status and status != (body.get("status") or {}):
-            self.written[(meta["namespace"], meta["name"])] = (
-                str(meta.get("resourceVersion")), status)
+        key = (meta["namespace"], meta["name"])
+        old = dict(body.get("status") or {})
+        if not status or status == old:
+            return
+        seen = self.written.get(key)
+        older = (*seen[0], old) if seen is not None and old == seen[1] else (old,)
+        self.written[key] = (older[-OLDER_STATUSES_KEPT:], status)
 
 
 class PeeringGate:

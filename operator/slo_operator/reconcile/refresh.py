@@ -172,7 +172,7 @@ class PassResult:
     outcomes: dict[ServiceKey, Outcome] = field(default_factory=dict)
     writes: int = 0  # objects applied, deleted or patched
     pending: int = 0  # services failed, waiting for a retry or with an invalid spec
-    superseded: int = 0  # services deleted or edited (or their policy) since the snapshot
+    superseded: int = 0  # services deleted, edited or rewritten (or their policy) meanwhile
 
 
 def decision_direction(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
@@ -249,11 +249,23 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
     caches now hold a newer revision of it or of its policy than ``snap`` (deleted or
     edited while the pass observed and decided); such a service is left alone by this
     pass (counted in ``superseded``), so no write goes to a deleted object and no decision
-    of an edited-away policy lands after the edit's own reconcile.
+    of an edited-away policy lands after the edit's own reconcile. So is a service whose
+    status another trigger wrote meanwhile (a wake's handler during a pass): a decision
+    from the status before that write would undo it (a woken service sent back to zero).
     """
     # Decide from the newest status (this operator's own memory included), even when the
     # watch cache has not yet delivered what the previous reconcile wrote.
+    read = snap
     snap = replace(snap, services={k: r.statuses.latest(v) for k, v in snap.services.items()})
+
+    def rewritten(key: ServiceKey) -> bool:
+        """Another trigger (a handler, the pass) wrote the service's status since this
+        refresh read it: what it decided from is older than what its writes would replace."""
+        k = (key.namespace, key.name)
+        body = read.services.get(k)
+        return body is not None and \
+            (r.statuses.latest(body).get("status") or {}) != (snap.services[k].get("status") or {})
+
     wanted = sorted({ServiceKey(*k) for k in snap.services} if keys is None else set(keys),
                     key=lambda k: (k.namespace, k.name))
     fleet = survey(snap)
@@ -276,12 +288,12 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
             for p in batch:
                 await p.lock.acquire()
                 held.append(p)
-            if stale is not None:
-                for p in [p for p in batch if stale(p.key)]:
-                    batch.remove(p)
-                    held.remove(p)
-                    p.lock.release()
-                    result.superseded += 1
+            for p in [p for p in batch
+                      if rewritten(p.key) or (stale is not None and stale(p.key))]:
+                batch.remove(p)
+                held.remove(p)
+                p.lock.release()
+                result.superseded += 1
             fleet = await asyncio.to_thread(_plan_batch, r, batch, snap, result.updates,
                                             fleet)
             for p in batch:

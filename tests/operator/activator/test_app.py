@@ -43,10 +43,14 @@ class FakeWaker:
     def __init__(self) -> None:
         self.calls: list[tuple[ObjKey, Wake]] = []
         self.gone: set[ObjKey] = set()
+        self.refuse = 0  # the next writes the API server refuses
 
     async def wake(self, namespace: str, name: str, wake: Wake) -> None:
         if (namespace, name) in self.gone:
             raise NotFound(f"{namespace}/{name}")
+        if self.refuse:
+            self.refuse -= 1
+            raise ConnectionError("the API server is unavailable")
         self.calls.append(((namespace, name), wake))
 
     @property
@@ -244,6 +248,29 @@ async def test_no_ready_replica_within_the_timeout_answers_504(stack: Stack,
     assert m[("slo_activator_wake_timeouts_total", _labels())] == 1
     assert m[("slo_activator_requests_total", _labels(code="504"))] == 2
     assert m[("slo_activator_held_requests", _labels())] == 0
+
+
+async def test_a_refused_record_of_the_timeout_is_written_again(stack: Stack) -> None:
+    await stack.start(timeout_s=0.3)
+    req = asyncio.create_task(stack.post())
+    await wait_until(lambda: len(stack.waker.wakes) == 1)  # the wake, recorded at once
+    stack.waker.refuse = 2  # the API server refuses the end twice
+    assert (await req)[0] == 504
+    await wait_until(lambda: any(w.timed_out_at for w in stack.waker.wakes))
+    assert stack.waker.refuse == 0
+
+
+async def test_a_refused_record_of_the_first_served_request_is_written_again(
+        stack: Stack) -> None:
+    await stack.start()
+    req = asyncio.create_task(stack.post())
+    await wait_until(lambda: len(stack.waker.wakes) == 1)
+    stack.waker.refuse = 1
+    stack.ready()
+    assert (await req)[0] == 200
+    await wait_until(lambda: any(w.served_at for w in stack.waker.wakes))
+    served = [w for w in stack.waker.wakes if w.served_at is not None]
+    assert len(served) == 1 and served[0].requested_at == T0
 
 
 @pytest.mark.parametrize("how", ["service-removed", "annotation-write-404"])

@@ -25,6 +25,35 @@ def test_a_stale_cache_body_gets_the_status_last_written() -> None:
     assert mem.latest(body("8", {"batchLimit": 16}))["status"] == {"batchLimit": 16}
 
 
+def test_a_newer_revision_with_the_old_status_gets_the_status_last_written() -> None:
+    mem = StatusMemory()
+    mem.remember(body("7", {"desiredReplicas": 0}), {"desiredReplicas": 1})
+    # Another writer's change (an annotation) reached the cache before the status write.
+    assert mem.latest(body("8", {"desiredReplicas": 0}))["status"] == {"desiredReplicas": 1}
+    # The write arrives (as the API server stored it): the cache wins from then on.
+    assert mem.latest(body("9", {"desiredReplicas": 1, "x": 1}))["status"] == {
+        "desiredReplicas": 1, "x": 1}
+
+
+def test_a_second_write_keeps_every_status_the_cache_may_still_serve_from_before_it(
+        ) -> None:
+    mem = StatusMemory()
+    mem.remember(body("7", {"desiredReplicas": 0}), {"desiredReplicas": 1})
+    # The second write starts from the first (the cache holds the status as written).
+    mem.remember(body("8", {"desiredReplicas": 1}), {"desiredReplicas": 2})
+    for stale in ({"desiredReplicas": 0}, {"desiredReplicas": 1}):
+        assert mem.latest(body("9", stale))["status"] == {"desiredReplicas": 2}
+    assert mem.latest(body("10", {"desiredReplicas": 2, "x": 1}))["status"] == {
+        "desiredReplicas": 2, "x": 1}
+
+
+def test_a_write_over_a_status_the_cache_has_moved_past_forgets_the_older_ones() -> None:
+    mem = StatusMemory()
+    mem.remember(body("7", {"desiredReplicas": 0}), {"desiredReplicas": 1})
+    mem.remember(body("9", {"desiredReplicas": 1, "x": 1}), {"desiredReplicas": 2})
+    assert mem.latest(body("10", {"desiredReplicas": 0}))["status"] == {"desiredReplicas": 0}
+
+
 def test_an_unchanged_status_is_not_remembered() -> None:
     mem = StatusMemory()
     mem.remember(body("7", {"batchLimit": 64}), {"batchLimit": 64})

@@ -321,6 +321,32 @@ def test_a_pass_writes_nothing_for_services_deleted_or_edited_since_its_snapshot
     assert len(every.outcomes) == 3 and every.superseded == 0
 
 
+def test_a_service_whose_status_another_trigger_wrote_during_the_pass_is_left_to_it() -> None:
+    """A wake's handler decides and writes while the pass queries Prometheus: the pass's
+    decision came from the status before that write and would undo it."""
+    from slo_operator.handlers.setup import StatusMemory
+
+    snap = two_tenants()
+    statuses = StatusMemory()
+    chat = snap.services[("team-a", "chat")]
+    handler_status = {**chat["status"], "desiredReplicas": 5}
+
+    class Concurrent(FakeMetrics):
+        async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Any]:
+            statuses.remember(chat, handler_status)  # the handler's write lands meanwhile
+            return await super().run(queries, at)
+
+    kube = FakeKube()
+    r = replace(reconciler(kube, Concurrent({CHAT: QUIET, OTHER: QUIET})), statuses=statuses)
+    done = asyncio.run(refresh_services(r, snap))
+    assert done.superseded == 1 and set(done.outcomes) == {OTHER}
+    assert not [k for k in kube.objects if k[1] == "team-a"]
+    # The next pass decides from the handler's status.
+    again = asyncio.run(refresh_services(replace(r, metrics=FakeMetrics({CHAT: QUIET})), snap,
+                                         [CHAT]))
+    assert again.superseded == 0 and set(again.outcomes) == {CHAT}
+
+
 @pytest.mark.parametrize(("change", "stale"), [
     pytest.param("nothing", False, id="unchanged"),
     pytest.param("status", False, id="a-status-write-is-no-new-revision"),
