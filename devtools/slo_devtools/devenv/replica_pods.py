@@ -6,7 +6,8 @@ the pod would serve: the real admission gateway (``slo_runtime.gateway``) in fro
 replica model of vLLM (``slo_devtools.replica.server``), both aiohttp applications on free
 loopback ports in one background event loop. When the pod goes away it leaves the
 endpoints and scrape targets at once and its servers stop once its requests in flight
-finish, at most ``STOP_GRACE_S`` later (a deleted pod's grace period, shortened).
+finish, at most the pod's ``terminationGracePeriodSeconds`` later, as on a node (stopping
+the harness cuts them after ``STOP_GRACE_S``).
 
 - Prometheus: each replica is registered through the file service discovery of a
   :class:`~slo_devtools.devenv.prometheus_server.PrometheusServer`, two endpoints per pod
@@ -58,10 +59,12 @@ log = logging.getLogger("slo_devtools.devenv.replica_pods")
 
 SELECTOR = f"{contract.LABEL_MANAGED_BY}={contract.MANAGED_BY}"
 DEFAULT_SHAPE = "llama-3.1-8b"
-# A deleted pod's requests in flight get this long to finish before their connections are
-# cut: the operator renders a 120 s grace period, shortened here so that stopping the
-# harness (which waits for the drains) stays inside its 30 s bound.
+# A deleted pod's requests in flight get its grace period to finish (Kubernetes' default
+# where the pod sets none; the operator renders 120 s). Stopping the harness cuts the
+# drains still running and gives requests this long, so it stays inside its 30 s bound.
+DEFAULT_GRACE_S = 30.0
 STOP_GRACE_S = 10.0
+DRAIN_POLL_S = 0.1
 # vLLM 0.32.0 defaults where the arguments say nothing.
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -90,6 +93,7 @@ class PodReplica:
     max_num_batched_tokens: int
     tensor_parallel: int
     limit: int | None              # the live in-flight limit annotation
+    grace_s: float = DEFAULT_GRACE_S  # spec.terminationGracePeriodSeconds
 
     @property
     def key(self) -> tuple[str, str]:
@@ -149,7 +153,27 @@ def pod_replica(pod: Mapping[str, Any]) -> PodReplica:
                                     DEFAULT_MAX_NUM_BATCHED_TOKENS),
         tensor_parallel=_int(vals.get("tensor_parallel_size"), 1),
         limit=parse_limit(str(ann.get(contract.ANNOTATION_INFLIGHT_LIMIT, ""))),
+        grace_s=_grace(pod),
     )
+
+
+def _grace(pod: Mapping[str, Any]) -> float:
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(value) if isinstance(value, int | float) and value >= 0 else DEFAULT_GRACE_S
+
+
+async def drain(busy: Callable[[], bool], runners: Sequence[web.AppRunner],
+                grace_s: float, poll_s: float = DRAIN_POLL_S) -> None:
+    """A deleted pod's end: wait until nothing is ``busy`` (at most ``grace_s``), then stop
+    the servers (``runners``). Cancelled (the harness stopping), stop them at once: each
+    lets its requests in flight run for its runner's shutdown timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    try:
+        while busy() and loop.time() < deadline:
+            await asyncio.sleep(poll_s)
+    finally:
+        await asyncio.shield(asyncio.gather(*(r.cleanup() for r in runners)))
 
 
 def pod_is_serving(pod: Mapping[str, Any]) -> bool:
@@ -465,7 +489,7 @@ class ReplicaHarness:
 
     async def _remove(self, key: tuple[str, str]) -> None:
         """As a deleted pod: out of the endpoints and the scrape targets at once; its
-        requests in flight drain in the background (``STOP_GRACE_S``), so the next pod
+        requests in flight drain in the background (its grace period), so the next pod
         event is not held behind a long answer."""
         running = self._replicas.pop(key, None)
         if running is None:
@@ -476,12 +500,16 @@ class ReplicaHarness:
         task.add_done_callback(self._draining.discard)
 
     async def _drain(self, key: tuple[str, str], running: RunningReplica) -> None:
-        await asyncio.gather(*(runner.cleanup() for runner in running.runners))
+        admission = running.gateway.admission
+        await drain(lambda: admission.in_flight + admission.queued() > 0, running.runners,
+                    running.spec.grace_s)
         log.info("Stopped replica %s/%s", *key)
 
     async def _stop_all(self) -> None:
         for key in list(self._replicas):
             await self._remove(key)
+        for task in self._draining:  # the harness stops: no more grace
+            task.cancel()
         if self._draining:
             await asyncio.gather(*self._draining, return_exceptions=True)
 

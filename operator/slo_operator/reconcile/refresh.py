@@ -164,6 +164,11 @@ async def refresh(r: Reconciler, body: Mapping[str, Any], snap: Snapshot,
     return outcome
 
 
+# The status fields a decision writes (replicas, batch limit, the law's memory): another
+# trigger's change of them supersedes a refresh that read the status before it.
+DECIDED = ("desiredReplicas", "batchLimit", "control")
+
+
 @dataclass
 class PassResult:
     """What ``refresh_services`` did."""
@@ -259,12 +264,16 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
     snap = replace(snap, services={k: r.statuses.latest(v) for k, v in snap.services.items()})
 
     def rewritten(key: ServiceKey) -> bool:
-        """Another trigger (a handler, the pass) wrote the service's status since this
-        refresh read it: what it decided from is older than what its writes would replace."""
+        """Another trigger (a wake's handler, a policy edit) decided for the service since
+        this refresh read its status: a decision from the status before would undo it. A
+        refresh that only reported (pods Ready, conditions) is no reason to drop one."""
         k = (key.namespace, key.name)
         body = read.services.get(k)
-        return body is not None and \
-            (r.statuses.latest(body).get("status") or {}) != (snap.services[k].get("status") or {})
+        if body is None:
+            return False
+        now, then = r.statuses.latest(body).get("status") or {}, \
+            snap.services[k].get("status") or {}
+        return any(now.get(f) != then.get(f) for f in DECIDED)
 
     wanted = sorted({ServiceKey(*k) for k in snap.services} if keys is None else set(keys),
                     key=lambda k: (k.namespace, k.name))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from slo_devtools.devenv.replica_pods import (
+    DEFAULT_GRACE_S,
+    drain,
     packaged_profiles,
     pod_hardware,
     pod_is_serving,
@@ -49,6 +52,53 @@ def test_reads_labels_limit_and_engine_args_of_a_rendered_pod() -> None:
         ("fp8", "fp8", 128, 2048)
     assert r.model_name == "chat"
     assert r.limit == 32
+
+
+def test_a_pods_grace_period_is_its_own_or_kubernetes_default() -> None:
+    pod = rendered_pod(["--model", "m"])
+    assert pod_replica(pod).grace_s == pod["spec"]["terminationGracePeriodSeconds"]
+    del pod["spec"]["terminationGracePeriodSeconds"]
+    assert pod_replica(pod).grace_s == DEFAULT_GRACE_S
+
+
+class Runner:
+    """Stands for an aiohttp runner: when its cleanup ran (loop time)."""
+
+    def __init__(self) -> None:
+        self.stopped: float | None = None
+
+    async def cleanup(self) -> None:
+        self.stopped = asyncio.get_running_loop().time()
+
+
+def _drained(busy_for: float, grace_s: float, cancel_after: float | None = None) -> float:
+    """Seconds from the deletion to the servers' stop, with requests in flight for
+    ``busy_for`` seconds."""
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        start, runner = loop.time(), Runner()
+        task = loop.create_task(drain(lambda: loop.time() - start < busy_for, [runner],  # type: ignore[list-item]
+                                      grace_s, poll_s=0.01))
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert runner.stopped is not None
+        return runner.stopped - start
+
+    return asyncio.run(run())
+
+
+def test_a_deleted_pods_servers_stop_once_its_requests_finish_within_its_grace() -> None:
+    assert 0.2 <= _drained(busy_for=0.2, grace_s=30.0) < 30.0
+
+
+def test_a_deleted_pods_servers_stop_at_the_end_of_its_grace_with_requests_left() -> None:
+    assert 0.2 <= _drained(busy_for=600.0, grace_s=0.2) < 600.0
+
+
+def test_stopping_the_harness_stops_a_draining_pods_servers_at_once() -> None:
+    assert 0.1 <= _drained(busy_for=600.0, grace_s=600.0, cancel_after=0.1) < 600.0
 
 
 @pytest.mark.parametrize(("args", "want_precision"), [

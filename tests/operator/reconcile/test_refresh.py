@@ -345,6 +345,12 @@ def test_a_service_whose_status_another_trigger_wrote_during_the_pass_is_left_to
     again = asyncio.run(refresh_services(replace(r, metrics=FakeMetrics({CHAT: QUIET})), snap,
                                          [CHAT]))
     assert again.superseded == 0 and set(again.outcomes) == {CHAT}
+    # A write that only reported (no decision moved) leaves the pass's decision standing.
+    statuses = StatusMemory()
+    handler_status = {**chat["status"], "readyReplicas": 99}
+    r = replace(reconciler(FakeKube(), Concurrent({CHAT: QUIET, OTHER: QUIET})),
+                statuses=statuses)
+    assert asyncio.run(refresh_services(r, snap)).superseded == 0
 
 
 @pytest.mark.parametrize(("change", "stale"), [
