@@ -163,17 +163,16 @@ def _grace(pod: Mapping[str, Any]) -> float:
 
 
 async def drain(busy: Callable[[], bool], runners: Sequence[web.AppRunner],
-                grace_s: float, poll_s: float = DRAIN_POLL_S) -> None:
+                grace_s: float, stop: asyncio.Event, poll_s: float = DRAIN_POLL_S) -> None:
     """A deleted pod's end: wait until nothing is ``busy`` (at most ``grace_s``), then stop
-    the servers (``runners``). Cancelled (the harness stopping), stop them at once: each
-    lets its requests in flight run for its runner's shutdown timeout."""
+    the servers (``runners``). Once ``stop`` is set (the harness stopping), stop them at
+    once: each lets its requests in flight run for its runner's shutdown timeout."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
-    try:
-        while busy() and loop.time() < deadline:
-            await asyncio.sleep(poll_s)
-    finally:
-        await asyncio.shield(asyncio.gather(*(r.cleanup() for r in runners)))
+    while busy() and loop.time() < deadline and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), poll_s)
+    await asyncio.gather(*(r.cleanup() for r in runners))
 
 
 def pod_is_serving(pod: Mapping[str, Any]) -> bool:
@@ -301,6 +300,7 @@ class ReplicaHarness:
         self.default_max_tokens = default_max_tokens
         self._replicas: dict[tuple[str, str], RunningReplica] = {}
         self._draining: set[asyncio.Task[None]] = set()  # deleted pods still draining
+        self._stopping = asyncio.Event()  # set when the harness stops: drains cut short
         self._nodes: dict[str, dict[str, str]] = {}
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever,
@@ -502,14 +502,13 @@ class ReplicaHarness:
     async def _drain(self, key: tuple[str, str], running: RunningReplica) -> None:
         admission = running.gateway.admission
         await drain(lambda: admission.in_flight + admission.queued() > 0, running.runners,
-                    running.spec.grace_s)
+                    running.spec.grace_s, self._stopping)
         log.info("Stopped replica %s/%s", *key)
 
     async def _stop_all(self) -> None:
         for key in list(self._replicas):
             await self._remove(key)
-        for task in self._draining:  # the harness stops: no more grace
-            task.cancel()
+        self._stopping.set()  # the harness stops: no more grace
         if self._draining:
             await asyncio.gather(*self._draining, return_exceptions=True)
 

@@ -254,9 +254,9 @@ async def refresh_services(r: Reconciler, snap: Snapshot,
     caches now hold a newer revision of it or of its policy than ``snap`` (deleted or
     edited while the pass observed and decided); such a service is left alone by this
     pass (counted in ``superseded``), so no write goes to a deleted object and no decision
-    of an edited-away policy lands after the edit's own reconcile. So is a service whose
-    status another trigger wrote meanwhile (a wake's handler during a pass): a decision
-    from the status before that write would undo it (a woken service sent back to zero).
+    of an edited-away policy lands after the edit's own reconcile. So is a service another
+    trigger decided for meanwhile (a wake's handler during a pass; ``DECIDED``): a decision
+    from the status before would undo it (a woken service sent back to zero).
     """
     # Decide from the newest status (this operator's own memory included), even when the
     # watch cache has not yet delivered what the previous reconcile wrote.

@@ -71,18 +71,16 @@ class Runner:
         self.stopped = asyncio.get_running_loop().time()
 
 
-def _drained(busy_for: float, grace_s: float, cancel_after: float | None = None) -> float:
+def _drained(busy_for: float, grace_s: float, stop_after: float | None = None) -> float:
     """Seconds from the deletion to the servers' stop, with requests in flight for
-    ``busy_for`` seconds."""
+    ``busy_for`` seconds; the harness stops after ``stop_after`` seconds (None: never)."""
     async def run() -> float:
         loop = asyncio.get_running_loop()
-        start, runner = loop.time(), Runner()
-        task = loop.create_task(drain(lambda: loop.time() - start < busy_for, [runner],  # type: ignore[list-item]
-                                      grace_s, poll_s=0.01))
-        if cancel_after is not None:
-            await asyncio.sleep(cancel_after)
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        start, runner, stop = loop.time(), Runner(), asyncio.Event()
+        if stop_after is not None:
+            loop.call_later(stop_after, stop.set)
+        await drain(lambda: loop.time() - start < busy_for, [runner],  # type: ignore[list-item]
+                    grace_s, stop, poll_s=0.01)
         assert runner.stopped is not None
         return runner.stopped - start
 
@@ -98,7 +96,7 @@ def test_a_deleted_pods_servers_stop_at_the_end_of_its_grace_with_requests_left(
 
 
 def test_stopping_the_harness_stops_a_draining_pods_servers_at_once() -> None:
-    assert 0.1 <= _drained(busy_for=600.0, grace_s=600.0, cancel_after=0.1) < 600.0
+    assert 0.1 <= _drained(busy_for=600.0, grace_s=600.0, stop_after=0.1) < 600.0
 
 
 @pytest.mark.parametrize(("args", "want_precision"), [
