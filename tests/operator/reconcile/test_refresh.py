@@ -321,24 +321,37 @@ def test_a_pass_writes_nothing_for_services_deleted_or_edited_since_its_snapshot
     assert len(every.outcomes) == 3 and every.superseded == 0
 
 
+class WriteDuringQueries(FakeMetrics):
+    """Prometheus that, while a pass waits for it, lets another trigger's status write of
+    ``body`` land in ``statuses``."""
+
+    def __init__(self, statuses: Any, body: Mapping[str, Any], status: dict[str, Any],
+                 loads: Mapping[ServiceKey, Any]) -> None:
+        super().__init__(dict(loads))
+        self.statuses, self.body, self.status = statuses, body, status
+
+    async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Any]:
+        self.statuses.remember(self.body, self.status)
+        return await super().run(queries, at)
+
+
 def test_a_service_whose_status_another_trigger_wrote_during_the_pass_is_left_to_it() -> None:
     """A wake's handler decides and writes while the pass queries Prometheus: the pass's
     decision came from the status before that write and would undo it."""
     from slo_operator.handlers.setup import StatusMemory
 
     snap = two_tenants()
-    statuses = StatusMemory()
     chat = snap.services[("team-a", "chat")]
-    handler_status = {**chat["status"], "desiredReplicas": 5}
+    loads = {CHAT: QUIET, OTHER: QUIET}
 
-    class Concurrent(FakeMetrics):
-        async def run(self, queries: Mapping[str, str], at: float) -> dict[str, Any]:
-            statuses.remember(chat, handler_status)  # the handler's write lands meanwhile
-            return await super().run(queries, at)
+    def pass_with(write: dict[str, Any], kube: FakeKube) -> tuple[Reconciler, PassResult]:
+        statuses = StatusMemory()
+        r = replace(reconciler(kube, WriteDuringQueries(statuses, chat, write, loads)),
+                    statuses=statuses)
+        return r, asyncio.run(refresh_services(r, snap))
 
     kube = FakeKube()
-    r = replace(reconciler(kube, Concurrent({CHAT: QUIET, OTHER: QUIET})), statuses=statuses)
-    done = asyncio.run(refresh_services(r, snap))
+    r, done = pass_with({**chat["status"], "desiredReplicas": 5}, kube)
     assert done.superseded == 1 and set(done.outcomes) == {OTHER}
     assert not [k for k in kube.objects if k[1] == "team-a"]
     # The next pass decides from the handler's status.
@@ -346,11 +359,8 @@ def test_a_service_whose_status_another_trigger_wrote_during_the_pass_is_left_to
                                          [CHAT]))
     assert again.superseded == 0 and set(again.outcomes) == {CHAT}
     # A write that only reported (no decision moved) leaves the pass's decision standing.
-    statuses = StatusMemory()
-    handler_status = {**chat["status"], "readyReplicas": 99}
-    r = replace(reconciler(FakeKube(), Concurrent({CHAT: QUIET, OTHER: QUIET})),
-                statuses=statuses)
-    assert asyncio.run(refresh_services(r, snap)).superseded == 0
+    _, reported = pass_with({**chat["status"], "readyReplicas": 99}, FakeKube())
+    assert reported.superseded == 0
 
 
 @pytest.mark.parametrize(("change", "stale"), [
