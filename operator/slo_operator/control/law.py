@@ -51,7 +51,12 @@ from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATION
 CORRECTION_MIN = 0.9  # with TARGET_UTILIZATION 0.8: never plan replicas beyond ~90% busy
 CORRECTION_MAX = 3.0
 CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
-CORRECTION_DECAY = 0.99  # per cycle, while latency is well inside its targets
+# While latency is well inside its targets the correction decays toward 1 with this
+# half-life: the model errors it learns (queueing behind long prompts, bursts the mean
+# rates hide) come back with the next peak of the day, so it must outlive the quiet hour
+# between peaks (a per-decision 1% forgot them in about 23 minutes at a 20 s interval,
+# and the long-context workload missed at every second peak).
+CORRECTION_HALF_LIFE_S = 3600.0
 RELAXED_ERROR = 0.7  # latency error below which the correction decays
 # Speed learning: an EWMA of the speed each cycle's mean time per output token implies,
 # from warm replicas, once the window holds enough requests to make the mean meaningful.
@@ -267,7 +272,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     scale_in = scale_in_window(policy, obs.error_budget_left, state, now,
                                _arrivals(sig, state, now, policy.window_s)[0])
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
-    need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight)
+    need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight,
+                         now)
     # Ready (warm) pods without series in this pass (a failing scrape, a target gone
     # from Prometheus): their requests are missing from the load, which reads low.
     unreported = 0 if sig.pods is None else max(
@@ -489,7 +495,7 @@ def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPo
 # --- 3. need ------------------------------------------------------------------------------
 def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, demand: Demand,
                   model: Model, cap: Capacity, limit: int, err: float | None, cur: int,
-                  in_flight: bool) -> Need:
+                  in_flight: bool, now: float) -> Need:
     """Replicas for the demand, corrected by the latency error, or for a short burst.
 
     Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
@@ -516,7 +522,11 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     # a need just above the current replicas, inside the band, moves nothing.
     settling = in_flight or obs.replicas.warming > 0 or draining \
         or model_need > cur * (1.0 + policy.tolerance)
-    correction = _correct(state.correction, err, settling)
+    # One decision vouches for at most its window of relaxed latency (a restarted
+    # operator's gap says nothing about the latency meanwhile).
+    elapsed = 0.0 if state.last_time is None \
+        else max(0.0, min(policy.window_s, now - state.last_time))
+    correction = _correct(state.correction, err, settling, elapsed)
     load = demand.total * correction / per_replica if per_replica > 0 \
         else float(policy.max_replicas)
     # Fewer replicas hold fewer prefixes: the prefix cache's hits shrink with the replicas
@@ -902,7 +912,7 @@ def _ratios(sig: Signals, policy: ControlPolicy, cap: Capacity,
     return out
 
 
-def _correct(correction: float, err: float | None, settling: bool) -> float:
+def _correct(correction: float, err: float | None, settling: bool, elapsed_s: float) -> float:
     if err is None:
         return correction
     if err > 1.0:
@@ -910,9 +920,10 @@ def _correct(correction: float, err: float | None, settling: bool) -> float:
             return correction  # the model already explains the miss: do not ask twice
         return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, max(1.1, math.sqrt(err))))
     if err < RELAXED_ERROR:
+        decay = 0.5 ** (elapsed_s / CORRECTION_HALF_LIFE_S)
         if correction > 1.0:
-            return max(1.0, correction * CORRECTION_DECAY)
-        return max(CORRECTION_MIN, correction * math.sqrt(CORRECTION_DECAY))
+            return max(1.0, correction * decay)
+        return max(CORRECTION_MIN, correction * math.sqrt(decay))
     return correction
 
 

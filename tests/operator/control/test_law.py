@@ -179,6 +179,26 @@ def test_a_latency_miss_the_model_does_not_explain_grows_the_correction_to_a_sca
     assert {d.explanation.demand.total for d in ds if d.explanation} == {10.0}  # the load did not
 
 
+@pytest.mark.parametrize("cycle", [CYCLE, 5.0])
+def test_a_learnt_correction_fades_with_relaxed_time_not_with_the_decision_count(
+        cycle: float) -> None:
+    loop = Loop(replicas=1, cycle=cycle)
+    loop.run(600, rate=10.0)
+    learnt = loop.run(200, rate=10.0, e2e=30_000.0)[-1].explanation
+    assert learnt is not None and learnt.need.correction > 2.0
+    # Half an hour well inside the targets (e2e at 0.4 of its target), at any interval.
+    relaxed = loop.run(1800, rate=10.0)[-1].explanation
+    assert relaxed is not None
+    assert relaxed.need.correction / learnt.need.correction == pytest.approx(
+        0.5 ** (1800 / law.CORRECTION_HALF_LIFE_S), rel=0.02)
+    # A gap between decisions (an operator restarted) vouches for one window at most.
+    loop.now += 7200
+    after_gap = loop.step(rate=10.0).explanation
+    assert after_gap is not None
+    assert after_gap.need.correction / relaxed.need.correction == pytest.approx(
+        0.5 ** (loop.policy.window_s / law.CORRECTION_HALF_LIFE_S), rel=0.02)
+
+
 def test_a_small_persistent_latency_miss_is_not_stuck_inside_the_dead_band() -> None:
     loop = settled(1, rate=10.0)
     ds = loop.run(600, rate=10.0, e2e=12_000.0)  # 20% over target, every cycle

@@ -156,8 +156,8 @@ TUNED = [
     pytest.param("tuning", r"correction ([\d.]+)\.\.([\d.]+), held between errors ([\d.]+) "
                  r"and 1,", (law.CORRECTION_MIN, law.CORRECTION_MAX, law.RELAXED_ERROR), float,
                  id="correction-range-and-hold"),
-    pytest.param("tuning", r"decaying (\d+)% per decision", (1.0 - law.CORRECTION_DECAY,), pct,
-                 id="correction-decay"),
+    pytest.param("tuning", r"decaying with a half-life of (\d+) s", (law.CORRECTION_HALF_LIFE_S,),
+                 float, id="correction-half-life"),
     pytest.param("tuning", r"speed ([\d.]+)\.\.([\d.]+);", (law.SPEED_MIN, law.SPEED_MAX), float,
                  id="speed-range"),
     pytest.param("tuning", r"weight `rate x window / (\d+)` \(([\d.]+)\.\.([\d.]+)\)",
