@@ -29,6 +29,11 @@ KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16"]
 BatchingMode = Literal["live", "restart", "off"]
 
 DURATION_PATTERN = r"^[0-9]+(s|m|h)$"
+# Durations the apiserver's CEL rules compare: at most six digits (999999h, 114 years,
+# still fits the Go duration CEL parses them into; a longer one overflows it), and a
+# length bound that keeps the rules' estimated cost small.
+BOUNDED_DURATION_PATTERN = r"^[0-9]{1,6}(s|m|h)$"
+DURATION_MAX_LENGTH = 16
 _DURATION_RE = re.compile(DURATION_PATTERN)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -263,11 +268,35 @@ class Batching(_Model):
         return self
 
 
+# The shortest SLO window: a rate over it needs two scrapes inside it (5 s covers a fast
+# scrape of 2 s; the chart's Prometheus scrapes every 15 s, for which 60 s is the default).
+MIN_WINDOW_S = 5
+
+
 class SLOPolicySpec(_Model):
     """Service-level objectives and the scaling, batching and GPU rules for every InferenceService
     that names this policy in spec.sloPolicyRef. Every field has a default; an empty spec is a
     valid policy.
     """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    f"!has(self.window) || duration(self.window) >= "
+                    f"duration('{MIN_WINDOW_S}s')",
+                    f"spec.window must be at least {MIN_WINDOW_S}s",
+                    ".window",
+                ),
+                _cel(
+                    "duration(has(self.attainmentPeriod) ? self.attainmentPeriod : '1h') >= "
+                    "duration(has(self.window) ? self.window : '60s')",
+                    "spec.attainmentPeriod must be at least spec.window",
+                    ".attainmentPeriod",
+                ),
+            ]
+        }
+    )
 
     objectives: Objectives = Field(
         default_factory=Objectives,
@@ -275,9 +304,9 @@ class SLOPolicySpec(_Model):
         "jitter CV 0.15.",
     )
     window: str = Field(
-        default="60s", pattern=DURATION_PATTERN,
-        description="Length of one SLO window, as a duration (60s, 5m, 1h); default 60s. Each "
-        "window is judged good or bad as a whole."
+        default="60s", pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
+        description="Length of one SLO window, as a duration (60s, 5m, 1h), at least 5s and at "
+        "most attainmentPeriod; default 60s. Each window is judged good or bad as a whole."
     )
     attainment_target: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.99,
@@ -285,7 +314,7 @@ class SLOPolicySpec(_Model):
         "default 0.99. The error budget is 1 - attainmentTarget."
     )
     attainment_period: str = Field(
-        default="1h", pattern=DURATION_PATTERN,
+        default="1h", pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
         description="Rolling period over which attainment and the error budget are counted, "
         "as a duration (e.g. 1h, 720h); default 1h."
     )
@@ -319,6 +348,16 @@ class SLOPolicySpec(_Model):
         description="Tenant name (DNS label) used in metric labels and dashboards; defaults to "
         "the namespace.",
     )
+
+    @model_validator(mode="after")
+    def _windows(self) -> SLOPolicySpec:
+        window = parse_duration(self.window)
+        if window < MIN_WINDOW_S:
+            raise ValueError(f"spec.window must be at least {MIN_WINDOW_S}s (got {self.window})")
+        if parse_duration(self.attainment_period) < window:
+            raise ValueError(f"spec.attainmentPeriod ({self.attainment_period}) must be at "
+                             f"least spec.window ({self.window})")
+        return self
 
 
 class Condition(_Status):

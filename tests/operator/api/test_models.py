@@ -117,6 +117,13 @@ def test_text_that_is_not_a_duration_is_refused(text: str, request: pytest.Fixtu
                  id="misspelt-batching-field"),
     # the rest
     pytest.param({"window": "1 minute"}, "spec.window", id="window-not-a-duration"),
+    pytest.param({"window": "0s"}, "spec.window", id="window-of-zero"),
+    pytest.param({"window": "4s"}, "spec.window", id="window-below-two-fast-scrapes"),
+    pytest.param({"window": "99999999h"}, "spec.window", id="window-beyond-a-go-duration"),
+    pytest.param({"window": "2h"}, "spec.attainmentPeriod",
+                 id="window-longer-than-the-default-attainment-period"),
+    pytest.param({"window": "10m", "attainmentPeriod": "5m"}, "spec.attainmentPeriod",
+                 id="attainment-period-shorter-than-the-window"),
 ])
 def test_invalid_policies_name_the_field(data: dict[str, Any], want_field: str,
                                          request: pytest.FixtureRequest, golden: Any) -> None:
