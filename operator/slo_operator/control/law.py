@@ -920,7 +920,7 @@ def _correct(correction: float, err: float | None, settling: bool, elapsed_s: fl
             return correction  # the model already explains the miss: do not ask twice
         return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, max(1.1, math.sqrt(err))))
     if err < RELAXED_ERROR:
-        decay = 0.5 ** (elapsed_s / CORRECTION_HALF_LIFE_S)
+        decay = float(0.5 ** (elapsed_s / CORRECTION_HALF_LIFE_S))
         if correction > 1.0:
             return max(1.0, correction * decay)
         return max(CORRECTION_MIN, correction * math.sqrt(decay))
