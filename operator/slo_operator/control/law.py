@@ -13,7 +13,7 @@ a value and why:
    by the measured latency error, and replicas to absorb a short burst's prompts within
    the first-token objective;
 4. ``scale_in_window``: how long a scale-in waits, from the error budget left and the
-   load's recent shape;
+   load's recent shape (none while the load rises);
 5. ``normalize``: dead band, stabilization windows, no reversal, step limits, pending
    pods, bounds and budget;
 6. ``batch_limit``: the live in-flight limit.
@@ -155,6 +155,7 @@ class ScaleIn:
     window_s: float
     lookback_s: float
     why: str
+    rising: bool = False  # the load has been rising: no scale-in now (LoadRising)
 
 
 @dataclass(frozen=True)
@@ -564,12 +565,18 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
     The error budget decides the trade: with much of it left (``BUDGET_RICH``) a scale-in
     may risk a window, so it waits ``SCALE_IN_FAST`` of the policy's window; with little
     left (``BUDGET_THIN``) the whole window; in between, linearly. Bursty load keeps the
-    whole window whatever the budget (its next burst is likely inside it). A policy
-    window of zero stays zero.
+    whole window whatever the budget (its next burst is likely inside it). A load that
+    has been rising over the last four windows (``_shape``) is not scaled in at all
+    (``LoadRising``): the need that reads lower than the replicas is the model's, and a
+    model that under-sizes the traffic (queueing behind long prompts) reads lowest just
+    as the load climbs toward its peak; a replica given up then comes back a cold start
+    late. A policy window of zero stays zero.
     """
     full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
     rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
     shape = _shape(rates, now, policy)
+    if shape == "rising":
+        return ScaleIn(full, lookback, "rising load: none while it rises", rising=True)
     if budget_left is None or not math.isfinite(budget_left):
         return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
     if shape == "bursty":
@@ -608,8 +615,10 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         rec = cur
     slo_hold = rec < cur and miss is not None and miss > 1.0
     unreported_hold = rec < cur and not slo_hold and unreported > 0
-    if slo_hold or unreported_hold:
-        rec = cur  # never scale in while the SLO is violated or the load is undercounted
+    rising_hold = rec < cur and not (slo_hold or unreported_hold) and scale_in.rising
+    if slo_hold or unreported_hold or rising_hold:
+        # Never scale in while the SLO is violated, the load is undercounted or rising.
+        rec = cur
 
     # Stabilization windows (as HPA): up to the lowest recommendation of the up window,
     # down to the highest of the down window (shortened by the error budget). Each run of
@@ -633,7 +642,7 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         down_ceiling = max(down_ceiling, cur)
     target = min(max(cur, up_floor), down_ceiling)
     held: str | None = R.SLO_VIOLATED if slo_hold else (
-        R.PODS_UNREPORTED if unreported_hold else None)
+        R.PODS_UNREPORTED if unreported_hold else (R.LOAD_RISING if rising_hold else None))
     if rec < cur and target == cur:
         held = R.STABILIZING
 

@@ -19,6 +19,7 @@ STABILIZING = "Stabilizing"  # a scale-down waits for its stabilization window
 REVERSAL_BLOCKED = "ReversalBlocked"  # the opposite move came too soon after the last one
 WAITING_FOR_REPLICAS = "WaitingForReplicas"  # capacity already asked for is still starting
 PODS_UNREPORTED = "PodsUnreported"  # a scale-in waits: Ready pods without series read as less load
+LOAD_RISING = "LoadRising"  # a scale-in waits: the arrival rate has been rising
 LIMIT_LOWERED = "LimitLowered"  # in-flight limit cut: inter-token latency over target
 LIMIT_RAISED = "LimitRaised"  # in-flight limit raised: queueing while replicas are not there
 LIMIT_RESTORED = "LimitRestored"  # in-flight limit back toward the model's batch

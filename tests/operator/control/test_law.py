@@ -651,6 +651,29 @@ def test_the_error_budget_left_sets_how_long_a_scale_in_waits(budget: float | No
     assert first * CYCLE == math.floor(window / CYCLE) * CYCLE
 
 
+def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> None:
+    # Three replicas meet a load that climbs 20% every four windows from a level one
+    # replica serves: for the next 15 minutes it needs fewer than two, yet none is given
+    # up while it climbs (a stabilization window passes in the meantime); once it holds,
+    # the scale-in comes.
+    loop = Loop(replicas=3)
+    span = 4 * loop.policy.window_s
+    ds = []
+    for i in range(45):
+        a = 8.0 * math.exp(0.2 * i * CYCLE / span)
+        ds.append(loop.step(rate=a, arrivals=a, budget=0.95))
+    assert {d.replicas for d in ds} == {3}
+    assert all(d.explanation is not None and d.explanation.need.replicas < 2 for d in ds)
+    rising = [d for d in ds if d.reason == R.LOAD_RISING]
+    assert rising and all(d.explanation is not None and d.explanation.scale_in.rising
+                          for d in rising)
+    assert ds[-1].reason == R.LOAD_RISING
+    golden.check("control", "law.decision.load-rising", ds[-1].message)
+    ds = loop.run(900, rate=a, arrivals=a, budget=0.95)
+    assert ds[-1].replicas < 3
+    assert R.LOAD_RISING not in {d.reason for d in ds[-10:]}
+
+
 def test_bursty_load_waits_the_whole_window_whatever_the_budget() -> None:
     loop = Loop(replicas=3)
     ds = [loop.step(rate=a, arrivals=a, budget=0.95)
