@@ -271,6 +271,10 @@ class Batching(_Model):
 # The shortest SLO window: a rate over it needs two scrapes inside it (5 s covers a fast
 # scrape of 2 s; the chart's Prometheus scrapes every 15 s, for which 60 s is the default).
 MIN_WINDOW_S = 5
+# The defaults of spec.window and spec.attainmentPeriod (the CEL rule comparing them reads
+# an absent field as its default).
+DEFAULT_WINDOW = "60s"
+DEFAULT_ATTAINMENT_PERIOD = "1h"
 
 
 class SLOPolicySpec(_Model):
@@ -289,8 +293,9 @@ class SLOPolicySpec(_Model):
                     ".window",
                 ),
                 _cel(
-                    "duration(has(self.attainmentPeriod) ? self.attainmentPeriod : '1h') >= "
-                    "duration(has(self.window) ? self.window : '60s')",
+                    "duration(has(self.attainmentPeriod) ? self.attainmentPeriod : "
+                    f"'{DEFAULT_ATTAINMENT_PERIOD}') >= "
+                    f"duration(has(self.window) ? self.window : '{DEFAULT_WINDOW}')",
                     "spec.attainmentPeriod must be at least spec.window",
                     ".attainmentPeriod",
                 ),
@@ -304,7 +309,7 @@ class SLOPolicySpec(_Model):
         "jitter CV 0.15.",
     )
     window: str = Field(
-        default="60s", pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
+        default=DEFAULT_WINDOW, pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
         description="Length of one SLO window, as a duration (60s, 5m, 1h), at least 5s and at "
         "most attainmentPeriod; default 60s. Each window is judged good or bad as a whole."
     )
@@ -314,7 +319,8 @@ class SLOPolicySpec(_Model):
         "default 0.99. The error budget is 1 - attainmentTarget."
     )
     attainment_period: str = Field(
-        default="1h", pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,
+        default=DEFAULT_ATTAINMENT_PERIOD, pattern=BOUNDED_DURATION_PATTERN,
+        max_length=DURATION_MAX_LENGTH,
         description="Rolling period over which attainment and the error budget are counted, "
         "as a duration (e.g. 1h, 720h); default 1h."
     )
