@@ -51,6 +51,7 @@ from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATION
 CORRECTION_MIN = 0.9  # with TARGET_UTILIZATION 0.8: never plan replicas beyond ~90% busy
 CORRECTION_MAX = 3.0
 CORRECTION_STEP_MAX = 1.5  # largest growth of the correction in one cycle
+CORRECTION_STEP_MIN = 1.1  # growth on an error from 1.1 up (below it, the error itself)
 # While latency is well inside its targets the correction decays toward 1 with this
 # half-life: the model errors it learns (queueing behind long prompts, bursts the mean
 # rates hide) come back with the next peak of the day, so it must outlive the quiet hour
@@ -927,7 +928,11 @@ def _correct(correction: float, err: float | None, settling: bool, elapsed_s: fl
     if err > 1.0:
         if settling:
             return correction  # the model already explains the miss: do not ask twice
-        return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, max(1.1, math.sqrt(err))))
+        # The square root of a large error, the error itself near 1: a reading 0.5% over
+        # its objective (a P99 interpolated inside a 5-10 s bucket) grows the correction by
+        # 0.5%, not by the 10% that then outlives the hour (the half-life) at full cost.
+        step = max(math.sqrt(err), min(CORRECTION_STEP_MIN, err))
+        return min(CORRECTION_MAX, correction * min(CORRECTION_STEP_MAX, step))
     if err < RELAXED_ERROR:
         decay = float(0.5 ** (elapsed_s / CORRECTION_HALF_LIFE_S))
         if correction > 1.0:

@@ -199,6 +199,19 @@ def test_a_learnt_correction_fades_with_relaxed_time_not_with_the_decision_count
         0.5 ** (loop.policy.window_s / law.CORRECTION_HALF_LIFE_S), rel=0.02)
 
 
+@pytest.mark.parametrize(("error", "growth"), [(1.005, 1.005), (1.05, 1.05), (1.21, 1.1),
+                                             (1.44, 1.2), (9.0, law.CORRECTION_STEP_MAX)])
+def test_a_miss_grows_the_correction_by_the_error_near_the_objective_and_its_root_beyond(
+        error: float, growth: float) -> None:
+    # A P99 read 0.5% over its objective (interpolated inside a coarse bucket) adds 0.5% of
+    # replicas, not a tenth that then outlives the hour at full cost.
+    loop = settled(2, rate=10.0)
+    before = loop.step(rate=10.0).explanation
+    after = loop.step(rate=10.0, e2e=error * loop.policy.e2e_target_ms).explanation
+    assert before is not None and after is not None
+    assert after.need.correction / before.need.correction == pytest.approx(growth, rel=1e-6)
+
+
 def test_a_small_persistent_latency_miss_is_not_stuck_inside_the_dead_band() -> None:
     loop = settled(1, rate=10.0)
     ds = loop.run(600, rate=10.0, e2e=12_000.0)  # 20% over target, every cycle
