@@ -153,9 +153,12 @@ TUNED = [
                  float, id="tail-output-factor"),
     pytest.param("tuning", r"KV use ([\d.]+) \(([\d.]+) with preemptions\) lowers the limit",
                  (law.KV_FULL, law.KV_HIGH), float, id="kv-full-and-high"),
-    pytest.param("tuning", r"correction ([\d.]+)\.\.([\d.]+), held between errors ([\d.]+) "
-                 r"and 1,", (law.CORRECTION_MIN, law.CORRECTION_MAX, law.RELAXED_ERROR), float,
-                 id="correction-range-and-hold"),
+    pytest.param("tuning", r"correction ([\d.]+)\.\.([\d.]+), growing by the error itself up to "
+                 r"([\d.]+) and its root beyond \(at most ([\d.]+)\), held between errors "
+                 r"([\d.]+) and 1,", (law.CORRECTION_MIN, law.CORRECTION_MAX,
+                                      law.CORRECTION_STEP_MIN, law.CORRECTION_STEP_MAX,
+                                      law.RELAXED_ERROR), float,
+                 id="correction-range-growth-and-hold"),
     pytest.param("tuning", r"decaying with a half-life of (\d+) s", (law.CORRECTION_HALF_LIFE_S,),
                  float, id="correction-half-life"),
     pytest.param("tuning", r"speed ([\d.]+)\.\.([\d.]+);", (law.SPEED_MIN, law.SPEED_MAX), float,
