@@ -24,6 +24,7 @@ container) and the operator import the same module. It holds:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -152,8 +153,35 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
 
 # --- the gateway's own metrics -----------------------------------------------------------
 # Families the in-pod gateway exposes on GATEWAY_METRICS_PATH (counters with COUNTER_SUFFIX,
-# histograms as _bucket/_sum/_count). Its TTFT and e2e histograms use vLLM's boundaries
-# (TTFT_BUCKETS, REQUEST_LATENCY_BUCKETS), so both views compare bucket by bucket.
+# histograms as _bucket/_sum/_count). Its TTFT and e2e histograms hold every one of vLLM's
+# boundaries (TTFT_BUCKETS, REQUEST_LATENCY_BUCKETS), so both views still compare bucket by
+# bucket, plus a boundary at every round number of ROUND_MANTISSAS in the range objectives
+# use (GATEWAY_TTFT_BUCKETS, GATEWAY_E2E_BUCKETS). A percentile is interpolated linearly
+# inside the bucket holding it, which reads a tail high: with vLLM's 5 s and 10 s
+# boundaries alone, a true P99 of 5.1 s read 6.0 s against a 6 s objective. With a boundary
+# at every round objective, whether a percentile meets it is read exactly, and a reading
+# elsewhere is at most one grid step (a third) above the truth.
+ROUND_MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def round_boundaries(lo: float, hi: float) -> tuple[float, ...]:
+    """Every ``m x 10**k`` (``m`` in ROUND_MANTISSAS) from ``lo`` to ``hi``, ascending."""
+    out = []
+    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for m in ROUND_MANTISSAS:
+            v = round(m * 10.0 ** k, 9)
+            if lo <= v <= hi:
+                out.append(v)
+    return tuple(out)
+
+
+def _with_round(vllm: tuple[float, ...], lo: float, hi: float) -> tuple[float, ...]:
+    return tuple(sorted(set(vllm) | set(round_boundaries(lo, hi))))
+
+
+# 10 ms to 2 minutes of first-token latency, 100 ms to 10 minutes end to end.
+GATEWAY_TTFT_BUCKETS = _with_round(TTFT_BUCKETS, 0.01, 120.0)
+GATEWAY_E2E_BUCKETS = _with_round(REQUEST_LATENCY_BUCKETS, 0.1, 600.0)
 GATEWAY_TTFT = "slo_gateway_time_to_first_token_seconds"          # histogram, tenant
 GATEWAY_E2E_LATENCY = "slo_gateway_e2e_request_latency_seconds"   # histogram, tenant
 GATEWAY_QUEUE_WAIT = "slo_gateway_queue_wait_seconds"             # histogram, tenant

@@ -135,14 +135,15 @@ class GatewayMetrics:
         self.arrivals = Counter(contract.GATEWAY_ARRIVALS,
                                 "Inference requests arrived, before admission.",
                                 ["tenant"], registry=reg)
-        # vLLM's own boundaries, so the gateway's view and the engine's compare bucket by
-        # bucket (and the queueing in front of vLLM reads off).
+        # vLLM's own boundaries and the round numbers objectives use, so the gateway's
+        # view and the engine's compare bucket by bucket (and the queueing in front of vLLM
+        # reads off) and whether a round objective is met is read exactly.
         self.ttft = Histogram(contract.GATEWAY_TTFT,
                               "Arrival at the gateway to first response byte (streaming).",
-                              ["tenant"], buckets=contract.TTFT_BUCKETS, registry=reg)
+                              ["tenant"], buckets=contract.GATEWAY_TTFT_BUCKETS, registry=reg)
         self.e2e = Histogram(contract.GATEWAY_E2E_LATENCY,
                              "Arrival at the gateway to last response byte.",
-                             ["tenant"], buckets=contract.REQUEST_LATENCY_BUCKETS,
+                             ["tenant"], buckets=contract.GATEWAY_E2E_BUCKETS,
                              registry=reg)
         self.queue_wait = Histogram(contract.GATEWAY_QUEUE_WAIT,
                                     "Time waiting for an in-flight slot.", ["tenant"],

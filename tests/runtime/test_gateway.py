@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
 
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from slo_devtools.replica.server import LinearSteps
+from slo_operator.slo import histogram
 from slo_runtime import contract
 from slo_runtime.admission import FairAdmission
 from slo_runtime.gateway import (
@@ -349,6 +353,57 @@ def test_gateway_families_are_the_contracts_names() -> None:
     assert names == set(contract.GATEWAY_METRICS)
     assert len(contract.GATEWAY_METRICS) == len(names)
     assert all(n.startswith("slo_gateway_") for n in names)
+
+
+def _gateway_p99(metrics: GatewayMetrics, family: str) -> float | None:
+    """P99 as the loop reads it: PromQL's interpolation over the exposed buckets."""
+    buckets = [(float(smp.labels["le"]), smp.value) for fam in metrics.registry.collect()
+               for smp in fam.samples if smp.name == family + "_bucket"]
+    return histogram.quantile(0.99, buckets)
+
+
+@pytest.mark.parametrize("objective_s", [0.3, 1.5, 3.0, 6.0, 8.0, 20.0, 60.0, 120.0])
+@pytest.mark.parametrize("family", ["e2e", "ttft"])
+def test_whether_a_round_objective_is_met_reads_exactly_from_the_gateways_buckets(
+        family: str, objective_s: float) -> None:
+    """Linear interpolation inside a wide bucket reads a tail high; with a boundary at
+    every round objective, the reading meets the objective exactly when the true P99 does."""
+    rng = random.Random(objective_s)
+    name = {"e2e": contract.GATEWAY_E2E_LATENCY, "ttft": contract.GATEWAY_TTFT}[family]
+    for spread in (0.1, 0.3, 0.6):
+        metrics = GatewayMetrics(FairAdmission(limit=4))
+        values = [objective_s * rng.lognormvariate(-0.5, spread) for _ in range(500)]
+        for v in values:
+            metrics.child(family, "t").observe(v)
+        true_p99 = sorted(values)[math.ceil(0.99 * len(values)) - 1]
+        read = _gateway_p99(metrics, name)
+        assert read is not None
+        assert (read <= objective_s) == (true_p99 <= objective_s), (spread, true_p99, read)
+
+
+def test_a_p99_just_past_a_wide_vllm_bucket_reads_under_the_objective_at_the_gateway() -> None:
+    """985 requests at 1 s and 15 at 5.1 s: the true P99 is 5.1 s. vLLM's 5 s and 10 s
+    boundaries alone read 6.7 s, a miss of a 6 s objective; the gateway's read under it."""
+    metrics = GatewayMetrics(FairAdmission(limit=4))
+    engine = Histogram("engine_e2e", "vLLM's boundaries", buckets=contract.REQUEST_LATENCY_BUCKETS,
+                       registry=CollectorRegistry())
+    for v in [1.0] * 985 + [5.1] * 15:
+        metrics.child("e2e", "t").observe(v)
+        engine.observe(v)
+    vllm_read = histogram.quantile(0.99, [(float(smp.labels["le"]), smp.value)
+                                          for fam in engine.collect() for smp in fam.samples
+                                          if smp.name == "engine_e2e_bucket"])
+    gateway_read = _gateway_p99(metrics, contract.GATEWAY_E2E_LATENCY)
+    assert vllm_read is not None and vllm_read > 6.0
+    assert gateway_read is not None and 5.1 <= gateway_read < 6.0
+
+
+def test_gateway_latency_boundaries_hold_every_one_of_vllms() -> None:
+    """Every vLLM boundary is also the gateway's: the two views compare bucket by bucket."""
+    assert set(contract.TTFT_BUCKETS) <= set(contract.GATEWAY_TTFT_BUCKETS)
+    assert set(contract.REQUEST_LATENCY_BUCKETS) <= set(contract.GATEWAY_E2E_BUCKETS)
+    for b in (contract.GATEWAY_TTFT_BUCKETS, contract.GATEWAY_E2E_BUCKETS):
+        assert list(b) == sorted(set(b))
 
 
 async def test_engine_metrics_are_forwarded_from_vllm(servers: Servers) -> None:

@@ -506,10 +506,12 @@ class Service:
         self.central: deque[Req] = deque()
         self._ids = itertools.count()
         self.desired = 0
-        # Cumulative metrics, as vLLM exports them (summed over pods).
-        self.ttft = Histogram(contract.TTFT_BUCKETS)
+        # Cumulative metrics, summed over pods: first-token and end-to-end latency from
+        # arrival, as the in-pod gateway exports them (its boundaries, the loop's first
+        # source), inter-token latency and time per output token as vLLM does.
+        self.ttft = Histogram(contract.GATEWAY_TTFT_BUCKETS)
         self.itl = Histogram(contract.INTER_TOKEN_BUCKETS)
-        self.e2e = Histogram(contract.REQUEST_LATENCY_BUCKETS)
+        self.e2e = Histogram(contract.GATEWAY_E2E_BUCKETS)
         self.tpot = Histogram(contract.INTER_TOKEN_BUCKETS)
         self.requests_done = 0
         self.prompt_tokens = 0
