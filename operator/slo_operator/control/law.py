@@ -932,6 +932,9 @@ def _ratios(sig: Signals, policy: ControlPolicy, cap: Capacity, ttft_floor_ms: f
 
 
 def _correct(correction: float, err: float | None, settling: bool, elapsed_s: float) -> float:
+    # A remembered correction outside the range (status written by an operator whose floor
+    # was lower, or edited by hand) is brought inside it before anything else.
+    correction = min(CORRECTION_MAX, max(CORRECTION_MIN, correction))
     if err is None:
         return correction
     if err > 1.0:

@@ -214,6 +214,19 @@ def test_a_miss_grows_the_correction_by_the_error_near_the_objective_and_its_roo
     assert after.need.correction / before.need.correction == pytest.approx(growth, rel=1e-6)
 
 
+@pytest.mark.parametrize("remembered", [0.5, 0.92, 9.0])
+def test_a_remembered_correction_outside_its_range_is_brought_inside_it(
+        remembered: float) -> None:
+    # Status written by an operator whose correction could decay below 1, or edited by
+    # hand: the next decision plans with the correction inside CORRECTION_MIN..MAX, at any
+    # error (e2e 0.8 of its target holds a correction where it is).
+    loop = Loop(replicas=2, state=make_state(correction=remembered))
+    d = loop.step(rate=10.0, e2e=0.8 * loop.policy.e2e_target_ms)
+    assert d.explanation is not None
+    assert d.explanation.need.correction == pytest.approx(
+        min(law.CORRECTION_MAX, max(law.CORRECTION_MIN, remembered)))
+
+
 def test_a_small_persistent_latency_miss_is_not_stuck_inside_the_dead_band() -> None:
     loop = settled(1, rate=10.0)
     ds = loop.run(600, rate=10.0, e2e=12_000.0)  # 20% over target, every cycle
