@@ -9,7 +9,7 @@ import ctypes.util
 import logging
 import os
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +71,8 @@ def connection_info(cfg: Any) -> kopf.ConnectionInfo:
 # Writes in a row that the watch cache may not have delivered yet (each pass writes a
 # service's status at most once; the cache is a few writes behind at most).
 OLDER_STATUSES_KEPT = 8
+# The status field kopf keeps its progress and diff-base in (``configure``).
+KOPF_STATUS_FIELD = "kopf"
 
 
 @dataclass
@@ -81,7 +83,12 @@ class StatusMemory:
     change (the activator's wake annotation, a user's label) can reach the cache before
     this operator's status write does, and deciding from the older status then would undo
     the write (a woken service sent back to zero). Once the cache serves any other status
-    it has the write (this operator is its status's only writer), and the cache wins."""
+    it has the write (this operator is its status's only writer, kopf's own field aside),
+    and the cache wins.
+
+    kopf's bookkeeping (``status.kopf``) is left out of every comparison: kopf writes it
+    on its own schedule (a handler's retry, say), and a cache status that differs from a
+    remembered one only there is still that status."""
 
     # (namespace, name) -> (statuses older than the write, the status written)
     written: dict[tuple[str, str], tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = \
@@ -90,22 +97,33 @@ class StatusMemory:
     def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = body["metadata"]
         seen = self.written.get((meta["namespace"], meta["name"]))
-        if seen is None or (body.get("status") or {}) not in seen[0]:
+        if seen is None or _ours(body.get("status")) not in seen[0]:
             return body
         return {**body, "status": seen[1]}
 
-    def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+    def remember(self, body: Mapping[str, Any], status: dict[str, Any],
+                 between: Sequence[Mapping[str, Any]] = ()) -> None:
         """``status`` was written over ``body``'s (the cache's, or what :meth:`latest`
-        put in its place). A write over the previous write keeps that one's older statuses:
-        the cache may still serve any of them, then the previous write, then this one."""
+        put in its place), after ``between``: the statuses the same reconcile wrote first
+        (the decision, written before an apply the API server then refused), which the
+        cache may serve too. A write over the previous write keeps that one's older
+        statuses: the cache may still serve any of them, then the previous write, then
+        this one."""
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
-        old = dict(body.get("status") or {})
-        if not status or status == old:
+        old = _ours(body.get("status"))
+        passed = tuple(_ours(s) for s in between)
+        if not status or (status == old and not passed):
             return
         seen = self.written.get(key)
         older = (*seen[0], old) if seen is not None and old == seen[1] else (old,)
+        older = (*older, *passed)
         self.written[key] = (older[-OLDER_STATUSES_KEPT:], status)
+
+
+def _ours(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A status without kopf's bookkeeping field."""
+    return {k: v for k, v in (status or {}).items() if k != KOPF_STATUS_FIELD}
 
 
 class PeeringGate:
@@ -291,8 +309,10 @@ def _record_query(signal: str, seconds: float, ok: bool) -> None:
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Kopf's bookkeeping lives in status, not annotations, so the objects users keep
     # in Git are never touched by the operator (no drift in Argo CD).
-    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf")
-    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(name="kopf")
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(
+        field=f"status.{KOPF_STATUS_FIELD}")
+    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(
+        name=KOPF_STATUS_FIELD)
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300

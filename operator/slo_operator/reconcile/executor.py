@@ -44,6 +44,9 @@ class Outcome:
     applied: list[str] = field(default_factory=list)  # what was applied, deleted or patched
     events: list[EventSpec] = field(default_factory=list)  # Events posted by this reconcile
     fleet: Fleet | None = None  # the pass's GPUs left for the next service
+    # Statuses written and then written over by this reconcile (the decision, before an
+    # apply the API server refused): the watch cache may serve them for a while.
+    superseded: list[dict[str, Any]] = field(default_factory=list)
 
 
 def execute(kube: KubeWriter, plan: ReconcilePlan, applied: AppliedCache) -> Outcome:
@@ -51,7 +54,7 @@ def execute(kube: KubeWriter, plan: ReconcilePlan, applied: AppliedCache) -> Out
     stamp = plan.now.timestamp()
     out = Outcome(status=dict(plan.status), retry_after=plan.retry_after,
                   permanent_error=plan.permanent_error, fleet=plan.fleet)
-    for action in plan.actions:
+    for i, action in enumerate(plan.actions):
         if isinstance(action, Apply):
             try:
                 kube.apply(action.obj)
@@ -64,6 +67,8 @@ def execute(kube: KubeWriter, plan: ReconcilePlan, applied: AppliedCache) -> Out
                 message = str(e)
                 delay = applied.reject(action.obj, stamp, message)
                 rep = plan.refusal.report(message)
+                if any(isinstance(a, PatchStatus) for a in plan.actions[:i]):
+                    out.superseded.append(dict(plan.status))
                 out.status, out.retry_after = dict(rep.status), delay
                 for follow in rep.actions:
                     _write(kube, follow, out)

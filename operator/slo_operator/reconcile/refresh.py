@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -50,8 +50,9 @@ class StatusStore(Protocol):
     def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """``body`` with the status last written, while the cache still serves its revision."""
 
-    def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
-        """``status`` was computed from ``body``."""
+    def remember(self, body: Mapping[str, Any], status: dict[str, Any],
+                 between: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``status`` was computed from ``body`` and written after ``between``."""
 
 
 class OperatorContext(Protocol):
@@ -124,7 +125,7 @@ def _executed(r: Reconciler, latest: Mapping[str, Any], plan: ReconcilePlan) -> 
         METRICS.events.labels(ev.type, ev.reason).inc()
         if ev.type == "Warning":
             METRICS.errors.labels(KIND, ev.reason).inc()
-    r.statuses.remember(latest, outcome.status)
+    r.statuses.remember(latest, outcome.status, outcome.superseded)
     return outcome
 
 

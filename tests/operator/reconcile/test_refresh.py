@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -49,7 +49,8 @@ class Memory:
     def latest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         return body
 
-    def remember(self, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+    def remember(self, body: Mapping[str, Any], status: dict[str, Any],
+                 between: Sequence[Mapping[str, Any]] = ()) -> None:
         self.written[(body["metadata"]["namespace"], body["metadata"]["name"])] = status
 
 
@@ -396,3 +397,33 @@ def test_which_changes_supersede_a_snapshot(change: str, stale: bool) -> None:
         live_pol = None
     live_svc["spec"] = {**live_svc["spec"], "sloPolicyRef": {"name": "gold"}}
     assert superseded(snap, live_svc, live_pol, ("team-a", "chat")) is stale
+
+
+@pytest.mark.parametrize("kopf", [
+    pytest.param(None, id="status-ours-alone"),
+    pytest.param({"progress": {"on_change": {"retries": 1}}}, id="with-kopfs-bookkeeping"),
+])
+def test_a_refusal_is_reported_once_while_the_cache_serves_the_decision_written_before_it(
+        kopf: dict[str, Any] | None) -> None:
+    """A reconcile writes its decision, the API server refuses an apply, the refusal is
+    written over the decision: a refresh whose cache still serves the decision (another
+    trigger's, a moment later) reports nothing again, whatever kopf keeps beside it."""
+    from slo_operator.handlers.setup import StatusMemory
+    from slo_operator.reconcile.refresh import refresh
+    from tests.operator.reconcile.test_planner import SETTLED
+
+    kube = FakeKube(refuse={"Service": "Services named chat are refused"})
+    r = replace(reconciler(kube, None), statuses=StatusMemory())
+    extra = {"kopf": kopf} if kopf else {}
+    first = asyncio.run(refresh(r, make_isvc(status=dict(extra)), SETTLED))
+    decision, refused = kube.statuses
+    assert refused == first.status and refused["conditions"] != decision["conditions"]
+    warnings = [e for e in kube.events if e[0] == "Warning"]
+    assert len(warnings) == 1
+    # The watch cache serves the decision as the API server stored it (kopf's field kept).
+    cached = {k: v for k, v in decision.items() if v is not None}
+    asyncio.run(refresh(r, make_isvc(status={**cached, **extra}), SETTLED))
+    assert [e for e in kube.events if e[0] == "Warning"] == warnings
+    # Once the cache serves the refusal, it is the status the next reconcile starts from.
+    assert r.statuses.latest(make_isvc(status={**first.status, **extra}))["status"] == {
+        **first.status, **extra}
