@@ -47,8 +47,10 @@ async def test_replay_round_robins_and_records_latencies(
     assert all(r.sent >= a.t / 4 - 1e-3 for r, a in zip(res.records, reqs, strict=True))
     if stream:
         assert all(r.ttft is not None and r.ttft <= r.e2e for r in res.ok if r.e2e)
-        # One gap between each two streamed tokens, each at least the 1 ms step.
-        assert all(len(r.gaps) == 3 and min(r.gaps) >= 0.0009 for r in res.ok)
+        # One gap between each two streamed tokens, together the time from the first
+        # token to the last (the client may read two tokens at once: a gap can be ~0).
+        assert all(len(r.gaps) == 3 and min(r.gaps) >= 0.0
+                   and sum(r.gaps) <= r.e2e - r.ttft + 1e-6 for r in res.ok if r.e2e and r.ttft)
     else:
         assert all(r.ttft is None and r.gaps == () for r in res.ok)
     s = res.summary()
