@@ -30,6 +30,7 @@ from slo_operator.api.observe import (
     Signals,
 )
 from slo_operator.slo.histogram import cv_lower_bound, quantile
+from slo_operator.slo.promql import recent_range_s
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,8 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         preemptions_rate=scr.rate(name, "preemptions", now, window),
         sample_time=latest.t,
         arrival_rate=scr.rate(name, "arrivals", now, window),
+        arrival_recent_rate=scr.rate(name, "arrivals", now,
+                                     recent_range_s(window, scr.scrape_s)),
         arrival_peak_rate=scr.peak_rate(name, "arrivals", now, window, PEAK_SCRAPES * scr.scrape_s),
         prefix_hit_share=(p[1].prefix_hits - p[0].prefix_hits) / queried
         if p and queried > 0 else None,

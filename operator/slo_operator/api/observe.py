@@ -63,8 +63,10 @@ class Signals:
     pods: int | None = None  # pods reporting engine metrics
     latency_source: str = ""  # "gateway" (client-visible) or "engine" (vLLM's own view)
     # Demand as it arrives (the gateway counts requests before admission): the mean
-    # arrival rate over the window and the highest short-window rate inside it.
+    # arrival rate over the window, over its last half (``slo.promql.recent_range_s``) and
+    # the highest short-window rate inside it.
     arrival_rate: float | None = None  # requests arriving per second (window mean)
+    arrival_recent_rate: float | None = None  # ... over the window's last half
     arrival_peak_rate: float | None = None  # highest short-window arrival rate in the window
     prefix_hit_share: float | None = None  # share of prompt tokens found in the prefix cache
     decode_mean_ms: float | None = None  # mean time per output token over the window

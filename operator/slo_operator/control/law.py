@@ -405,8 +405,18 @@ def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: flo
 
 # --- 2. demand ----------------------------------------------------------------------------
 def _arrivals(sig: Signals, state: ControlState, now: float, window_s: float) -> tuple[float, str]:
+    """Requests per second arriving now, and where that was read.
+
+    The gateway's count: the window's mean, or the mean of its last half where that is
+    higher. A window's mean lags a rising load by half a window, its last half's by a
+    quarter; a step up is met at its new level after half a window (never above it). A
+    falling load is read from the whole window's mean (a scale-in waits anyway)."""
     if sig.arrival_rate is not None and math.isfinite(sig.arrival_rate):
-        return max(0.0, sig.arrival_rate), "gateway"
+        rate = sig.arrival_rate
+        recent = sig.arrival_recent_rate
+        if recent is not None and math.isfinite(recent):
+            rate = max(rate, recent)
+        return max(0.0, rate), "gateway"
     lam = max(0.0, sig.request_rate or 0.0)
     waiting = max(0.0, sig.waiting or 0.0)
     if state.last_waiting is not None and state.last_time is not None \

@@ -83,6 +83,11 @@ SCRAPE_INTERVAL_S = 15
 # lifts the peak at low rates (sd sqrt(r * 15 s) / 15 s: 26 % of 1 req/s), which readers
 # of ``arrival_peak_rate`` must allow for.
 BURST_SCRAPES = 2
+# The ``arrivals_recent`` rate's range: the window's last half, at least the ``burst``
+# query's short window. A window's mean lags a rising load by half the window; the mean of
+# its last half lags by a quarter, and meets a step up at its new level once half the
+# window has passed (never above it, as a projection of the rise would be).
+RECENT_SHARE = 0.5
 
 # Sources, in order of preference (first with samples wins), per latency query.
 E2E_SOURCES = (("gateway", GATEWAY_E2E), ("engine", c.E2E_LATENCY))
@@ -102,6 +107,8 @@ THROUGHPUT_SIGNALS = (
     ("prefix_queries", c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX),  # prompt tokens looked up
     ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX),  # prompt tokens found cached
 )
+# The ``throughput`` query's row of arrivals over the window's last half (``recent_range_s``).
+ARRIVALS_RECENT = "arrivals_recent"
 WAITING_SOURCES = (("engine", c.NUM_REQUESTS_WAITING), ("gateway", GATEWAY_QUEUE_DEPTH))
 KV_SOURCES = (("engine", c.KV_CACHE_USAGE), ("legacy", c.LEGACY_METRIC_NAMES[c.KV_CACHE_USAGE]))
 SUM_LE = "sum"  # pseudo bucket carrying the histogram's _sum rate
@@ -163,6 +170,13 @@ def any_of(label: str, values: Iterable[str]) -> str:
 def duration(seconds: int) -> str:
     """PromQL duration of whole seconds."""
     return f"{max(1, int(seconds))}s"
+
+
+def recent_range_s(window_s: float, scrape_interval_s: float = SCRAPE_INTERVAL_S) -> int:
+    """Seconds the ``arrivals_recent`` rate of a ``window_s`` window spans (``RECENT_SHARE``
+    of it, at least two scrapes, at most the window)."""
+    step = max(1, int(scrape_interval_s))
+    return min(max(1, int(window_s)), max(int(window_s * RECENT_SHARE), BURST_SCRAPES * step))
 
 
 def plan_windows(windows: Iterable[float]) -> dict[int, str]:
@@ -291,10 +305,17 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
         return _or(parts)
 
     def rates() -> str:
-        return _or(
-            _tag(f"sum by ({BY_SERVICE}) (rate({name}{s}[{w}]))", window=w, signal=sig)
-            for w in labels for sig, name in THROUGHPUT_SIGNALS
+        recent = (
+            _tag(f"sum by ({BY_SERVICE}) (rate({GATEWAY_ARRIVALS}{s}"
+                 f"[{duration(recent_range_s(int(w[:-1]), scrape_interval_s))}]))",
+                 window=w, signal=ARRIVALS_RECENT)
+            for w in labels
         )
+        return _or([
+            *(_tag(f"sum by ({BY_SERVICE}) (rate({name}{s}[{w}]))", window=w, signal=sig)
+              for w in labels for sig, name in THROUGHPUT_SIGNALS),
+            *recent,
+        ])
 
     def burst() -> str:
         # The arrival rate between consecutive scrapes, at every scrape step across the

@@ -34,6 +34,7 @@ from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
 from slo_operator.slo import histogram
 from slo_operator.slo.promql import (
+    ARRIVALS_RECENT,
     COUNT,
     DECODE_SOURCES,
     E2E_SOURCES,
@@ -250,6 +251,7 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
     tp = rows["throughput"]
     request_rate = _pick(tp, "signal", "requests", w)
     arrival_rate = _pick(tp, "signal", "arrivals", w)
+    arrival_recent_rate = _pick(tp, "signal", ARRIVALS_RECENT, w)
     arrival_peak_rate = _pick(rows["burst"], "window", w)
     if arrival_peak_rate is not None and arrival_rate is not None:
         arrival_peak_rate = max(arrival_peak_rate, arrival_rate)
@@ -279,6 +281,7 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         pods=None if pods is None else int(pods),
         latency_source=(e2e or ttft or ("", None))[0],
         arrival_rate=arrival_rate,
+        arrival_recent_rate=arrival_recent_rate,
         arrival_peak_rate=arrival_peak_rate,
         prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),
                                 _pick(tp, "signal", "prefix_queries", w)),

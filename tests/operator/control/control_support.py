@@ -47,18 +47,21 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
                  state: MetricsState = MetricsState.OK, gen_rate: float | None = None,
                  prompt: float = PROMPT, output: float = OUTPUT,
                  arrivals: float | None = None, peak: float | None = None,
-                 hit: float | None = None, decode_ms: float | None = None,
+                 recent: float | None = None, hit: float | None = None,
+                 decode_ms: float | None = None,
                  kv: float | None = None, preemptions: float | None = None,
                  pods: int | None = None) -> Signals:
     """One window's signals: ``rate`` finished requests per second of ``prompt`` +
-    ``output`` tokens; ``arrivals`` and ``peak`` are the gateway's counts (None: no
-    gateway), ``hit`` the prefix-cache share, ``decode_ms`` the mean time per output token."""
+    ``output`` tokens; ``arrivals``, ``recent`` (the window's last half) and ``peak`` are
+    the gateway's counts (None: no gateway), ``hit`` the prefix-cache share, ``decode_ms``
+    the mean time per output token."""
     r = rate or 0.0
     return Signals(
         state=state, e2e_ms=e2e, ttft_ms=ttft, itl_ms=itl, request_rate=rate,
         prompt_tokens_rate=r * prompt, generation_tokens_rate=gen_rate if gen_rate is not None
         else r * output, waiting=waiting, running=running, sample_time=T0,
-        arrival_rate=arrivals, arrival_peak_rate=peak, prefix_hit_share=hit,
+        arrival_rate=arrivals, arrival_recent_rate=recent, arrival_peak_rate=peak,
+        prefix_hit_share=hit,
         decode_mean_ms=decode_ms, kv_usage=kv, preemptions_rate=preemptions, pods=pods,
     )
 

@@ -524,6 +524,29 @@ def test_demand_is_what_arrives_at_the_gateway_not_what_a_saturated_service_fini
     assert d.explanation.demand.total >= 40.0 and d.replicas > 1
 
 
+def test_a_step_up_is_met_half_a_window_sooner_and_never_above_its_level() -> None:
+    """The gateway's last half window reaches a step's new level after half a window, the
+    whole window's mean after a window: demand is the higher of the two, so the replicas
+    come a cycle sooner and are planned for the new level, not beyond it. A falling load
+    (the last half below the mean) is read from the whole window."""
+    first: dict[str, int] = {}
+    for name, half in (("window mean", False), ("last half", True)):
+        loop = settled(2, rate=40.0, arrivals=40.0)
+        for i in range(1, 7):  # 40 -> 70 req/s at 0 s; a cycle every 20 s, a 60 s window
+            t = i * CYCLE
+            mean = 40.0 + 30.0 * min(1.0, t / 60.0)
+            recent = 40.0 + 30.0 * min(1.0, t / 30.0) if half else None
+            d = loop.step(rate=mean, arrivals=mean, recent=recent)
+            assert d.explanation is not None
+            assert d.explanation.demand.arrivals == max(mean, recent or 0.0) <= 70.0
+            if d.replicas > 2:
+                first.setdefault(name, i)
+    assert first["last half"] < first["window mean"]
+    loop = settled(4, rate=60.0, arrivals=60.0)
+    d = loop.step(rate=60.0, arrivals=60.0, recent=40.0)
+    assert d.explanation is not None and d.explanation.demand.arrivals == 60.0
+
+
 def test_without_a_gateway_demand_is_completions_plus_the_queue_growth() -> None:
     loop = settled(1, rate=10.0)
     ds = [loop.step(rate=20.0, waiting=w, ttft=3_000.0) for w in (400.0, 800.0, 1_200.0)]

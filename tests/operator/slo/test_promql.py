@@ -326,18 +326,27 @@ def test_queries_return_tagged_per_service_series_in_promtool(tmp_path: Path) ->
            for ql, v in (("0.25", 0.375), ("0.99", 1.0), (promql.COUNT, 6.0))]
     e2e += [sample({**b, **w, "source": "engine", "quantile": ql}, v)
             for ql, v in (("0.25", 0.5), ("0.99", 1.0), (promql.COUNT, 2.0))]
+    def throughput(arrivals: float, recent: float) -> list[dict[str, Any]]:
+        return [sample({**a, **w, "signal": "requests"}, 2),
+                sample({**b, **w, "signal": "requests"}, 2),
+                sample({**a, **w, "signal": "arrivals"}, arrivals),
+                sample({**a, **w, "signal": promql.ARRIVALS_RECENT}, recent),
+                sample({**a, **w, "signal": "prefix_queries"}, 200),
+                sample({**a, **w, "signal": "prefix_hits"}, 50)]
+
     tests = {"fuzzy_compare": True, "tests": [{
         "interval": "15s",
         "input_series": inputs,
         "promql_expr_test": [
             {"expr": q["e2e"], "eval_time": "8m", "exp_samples": e2e},
-            {"expr": q["throughput"], "eval_time": "8m", "exp_samples": [
-                sample({**a, **w, "signal": "requests"}, 2),
-                sample({**b, **w, "signal": "requests"}, 2),
-                # Samples at 435..480 s: s-0 rose 90 over 45 s, extrapolated to 60 s (2/s).
-                sample({**a, **w, "signal": "arrivals"}, 2 + 1),
-                sample({**a, **w, "signal": "prefix_queries"}, 200),
-                sample({**a, **w, "signal": "prefix_hits"}, 50)]},
+            # Samples at 435..480 s: s-0 rose 90 over 45 s, extrapolated to 60 s (2/s). The
+            # last half window (samples at 465 and 480 s) is past the jump: 1 + 1.
+            {"expr": q["throughput"], "eval_time": "8m",
+             "exp_samples": throughput(arrivals=2 + 1, recent=1 + 1)},
+            # A scrape earlier the last half window holds the jump (60 in 15 s, extrapolated
+            # over 30 s: 4/s) while the whole window's mean reads it spread over 60 s.
+            {"expr": q["throughput"], "eval_time": "7m45s",
+             "exp_samples": throughput(arrivals=2 + 1, recent=4 + 1)},
             # Steps at 435, 450, 465 and 480 s; the one at 465 s holds the jump: 4 + 1.
             {"expr": q["burst"], "eval_time": "8m", "exp_samples": [
                 sample({**a, **w}, 4 + 1)]},

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
 from slo_operator.slo.histogram import quantile
-from slo_operator.slo.promql import COUNT, QUERY_NAMES, build_queries
+from slo_operator.slo.promql import ARRIVALS_RECENT, COUNT, QUERY_NAMES, build_queries
 from slo_operator.slo.signals import (
     DEFAULT_STALE_AFTER,
     SignalSpec,
@@ -279,16 +279,20 @@ def test_token_and_preemption_rates_are_read_per_signal() -> None:
         5000.0, 2000.0, 0.5)
 
 
-def test_arrival_rate_and_peak_come_from_the_gateway_per_window() -> None:
+def test_arrival_rates_and_peak_come_from_the_gateway_per_window() -> None:
     results = minimal()
     results["throughput"] += [row(12.0, signal="arrivals", window="60s"),
-                              row(99.0, signal="arrivals", window="300s")]
+                              row(99.0, signal="arrivals", window="300s"),
+                              row(15.0, signal=ARRIVALS_RECENT, window="60s"),
+                              row(90.0, signal=ARRIVALS_RECENT, window="300s")]
     results["burst"] = [row(30.0, window="60s"), row(180.0, window="300s")]
     got = parse(results)
     assert got.state == MetricsState.OK
-    assert (got.arrival_rate, got.arrival_peak_rate) == (12.0, 30.0)
+    assert (got.arrival_rate, got.arrival_recent_rate, got.arrival_peak_rate) == (
+        12.0, 15.0, 30.0)
     at_300 = parse(results, SignalSpec(window_s=300))
-    assert (at_300.arrival_rate, at_300.arrival_peak_rate) == (99.0, 180.0)
+    assert (at_300.arrival_rate, at_300.arrival_recent_rate, at_300.arrival_peak_rate) == (
+        99.0, 90.0, 180.0)
 
 
 def test_without_gateway_arrivals_demand_from_arrivals_is_not_observed() -> None:
@@ -297,6 +301,7 @@ def test_without_gateway_arrivals_demand_from_arrivals_is_not_observed() -> None
     got = parse(minimal())
     assert got.state == MetricsState.OK
     assert got.arrival_rate is None and got.arrival_peak_rate is None
+    assert got.arrival_recent_rate is None
     assert got.request_rate == 10.0
 
 
