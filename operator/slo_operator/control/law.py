@@ -35,6 +35,7 @@ from slo_operator.control.capacity import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     LATENCY_MARGIN,
+    TARGET_UTILIZATION,
     Capacity,
     StepTimes,
     decode_context,
@@ -174,6 +175,7 @@ class Normalized:
     limited_message: str
     recommendations: tuple[tuple[float, int], ...]
     history_since: float
+    queue_held: bool = False  # the scale-in stopped at ``queue_floor`` (above the need)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,9 @@ class Explanation:
     limit_from: int
     limit_to: int
     latency: str
+    # Fewest replicas whose queueing keeps the first-token objective (``queue_floor``);
+    # 0 where it does not bind.
+    queue_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -285,7 +290,10 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # from Prometheus): their requests are missing from the load, which reads low.
     unreported = 0 if sig.pods is None else max(
         0, obs.replicas.ready - obs.replicas.warming - sig.pods)
-    norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported)
+    queued = queue_floor(sig.ttft_ms, ttft_floor, policy.ttft_target_ms, demand.arrivals,
+                         need.per_replica, obs.replicas.serving, cur)
+    norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported,
+                     queued)
 
     limited_reason, limited_message = norm.limited_reason, norm.limited_message
     if not cap.feasible and limited_reason is None:
@@ -306,7 +314,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     explanation = Explanation(model=model, demand=demand, need=need, scale_in=scale_in,
                               replicas_from=cur, replicas_to=target,
                               limit_from=obs.batch_limit, limit_to=move.limit,
-                              latency=_latency_text(sig, policy))
+                              latency=_latency_text(sig, policy),
+                              queue_floor=queued if norm.queue_held else 0)
     direction = (target > cur) - (target < cur)
     limits = state.limits
     if move.limit != obs.batch_limit:
@@ -610,15 +619,54 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
                    f"{full * share:.0f} s of the {full:.0f} s window")
 
 
+def queue_floor(ttft_ms: float | None, floor_ms: float, target_ms: float, arrivals: float,
+                per_replica: float, serving: int, cur: int) -> int:
+    """Fewest replicas (at most ``cur``) whose first-token latency, as measured now and
+    scaled by queueing to fewer replicas, keeps ``LATENCY_MARGIN`` of its objective.
+
+    The capacity model sizes replicas by mean service times; how long a request waits for
+    its prefill also depends on how the prompts spread (a long prompt holds every later one
+    back), which it does not see, and the wait grows steeply as utilisation nears 1. So a
+    scale-in is checked against the latency it would cause: the measured first-token
+    latency above its floor (the mean prompt's own prefill and a step) is taken as
+    waiting, which grows as ``rho / (1 - rho)`` (an M/G/1 queue's mean wait, whatever the
+    spread of service times). ``rho`` is the ``arrivals`` over the ``serving`` replicas'
+    capacity at full utilisation (``per_replica / TARGET_UTILIZATION``), and
+    ``serving / n`` times that on ``n`` replicas. The demand's headroom (noise, bursts,
+    trend) stays out: the measured latency already holds its window's bursts.
+    Without a measured latency, load or capacity, or with no wait measured, it does not
+    bind (0)."""
+    if ttft_ms is None or not math.isfinite(ttft_ms) or serving <= 0 or arrivals <= 0 \
+            or per_replica <= 0 or target_ms <= 0:
+        return 0
+    capacity = per_replica / TARGET_UTILIZATION
+    rho = arrivals / (serving * capacity)
+    wait = max(0.0, ttft_ms - floor_ms)
+    if rho >= 1.0 or wait <= 0:
+        return 0
+    now_q = rho / (1.0 - rho)
+    goal = LATENCY_MARGIN * target_ms
+    load = arrivals / capacity
+    n = cur
+    while n > 1:
+        r = load / (n - 1)
+        if r >= 1.0 or floor_ms + wait * (r / (1.0 - r)) / now_q > goal:
+            break
+        n -= 1
+    return n
+
+
 # --- 5. normalize ---------------------------------------------------------------------------
 def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
               state: ControlState, now: float, miss: float | None,
-              scale_in: ScaleIn, unreported: int = 0) -> Normalized:
+              scale_in: ScaleIn, unreported: int = 0, queued: int = 0) -> Normalized:
     """The replica count after the dead band, stabilization, reversal, step limits,
     pending pods, bounds and budget; limits report from the softest to the hardest (the
     last that bit is the one reported). ``miss``: the largest measured latency over its
     target (above 1: violated), which holds any scale-in; so does ``unreported`` above 0
-    (Ready pods whose series are missing: the load reads lower than it is)."""
+    (Ready pods whose series are missing: the load reads lower than it is). ``queued``
+    (``queue_floor``): a scale-in goes no lower than the replicas whose queueing keeps the
+    first-token objective (``LatencyHeadroom`` where it holds the scale-in altogether)."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
@@ -631,6 +679,9 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         rec = cur
     slo_hold = rec < cur and miss is not None and miss > 1.0
     unreported_hold = rec < cur and not slo_hold and unreported > 0
+    queue_hold = rec < cur and not (slo_hold or unreported_hold) and queued > rec
+    if queue_hold:
+        rec = min(cur, queued)
     rising_hold = rec < cur and not (slo_hold or unreported_hold) and scale_in.rising
     if slo_hold or unreported_hold or rising_hold:
         # Never scale in while the SLO is violated, the load is undercounted or rising.
@@ -661,6 +712,8 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         R.PODS_UNREPORTED if unreported_hold else (R.LOAD_RISING if rising_hold else None))
     if rec < cur and target == cur:
         held = R.STABILIZING
+    elif queue_hold and rec == cur and held is None:
+        held = R.LATENCY_HEADROOM
 
     # No direction reversal inside a window.
     since = None if state.last_scale_time is None else now - state.last_scale_time
@@ -704,7 +757,8 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
                        f"of {obs.gpus_per_replica} GPU(s); the load needs {rec}")
         target = min(target, most)
     return Normalized(target=target, recommendation=rec, held=held, limited_reason=limited[0],
-                      limited_message=limited[1], recommendations=recs, history_since=hist_since)
+                      limited_message=limited[1], recommendations=recs, history_since=hist_since,
+                      queue_held=queue_hold)
 
 
 # --- 6. the batch limit -----------------------------------------------------------------------
@@ -1055,9 +1109,10 @@ def format_explanation(e: Explanation) -> str:
              f"{n.burst_replicas:.2f} replicas for its prompts") if n.driver == "burst" else (
         f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica (batch "
         f"{n.batch}) needs {n.replicas:.2f} replicas")
+    queue = f", no lower than {e.queue_floor} (first tokens' queueing)" if e.queue_floor else ""
     return (
         f"load {d.arrivals:.2f} req/s {source} ({burst}, +{d.backlog:.2f} backlog) "
         f"{m.prompt:.0f}+{m.output:.0f} tokens{cache}, speed {m.speed:.2f}{err}: {sized}; "
-        f"{e.latency}; scale-in: {e.scale_in.why}; replicas {e.replicas_from} -> "
+        f"{e.latency}; scale-in: {e.scale_in.why}{queue}; replicas {e.replicas_from} -> "
         f"{e.replicas_to}, limit {e.limit_from} -> {e.limit_to}"
     )

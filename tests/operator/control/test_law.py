@@ -126,9 +126,10 @@ def test_a_need_inside_the_dead_band_moves_nothing(need: float, reason: str) -> 
 
 
 def test_a_load_drop_waits_the_scale_down_window_then_steps_down() -> None:
-    loop = settled(4, rate=80.0)
+    # First tokens at their floor: no queueing holds the scale-in (LatencyHeadroom).
+    loop = settled(4, rate=80.0, ttft=30.0)
     assert loop.replicas == 4
-    ds = loop.run(600, rate=10.0)
+    ds = loop.run(600, rate=10.0, ttft=30.0)
     waited = [d for d in ds if d.replicas == 4]
     assert {d.reason for d in waited} == {R.STABILIZING}
     # The last wish for 4 was one cycle before the drop; a wish counts for the whole window.
@@ -328,7 +329,7 @@ def test_a_scale_in_soon_after_a_scale_out_is_a_blocked_reversal() -> None:
     up = loop.step(rate=10.0)
     assert (up.replicas, up.limited_reason) == (3, R.TOO_FEW_REPLICAS)
     loop.policy = replace(loop.policy, min_replicas=1)  # lowered again at once
-    ds = loop.run(400, rate=10.0)
+    ds = loop.run(400, rate=10.0, ttft=30.0)  # no queueing to hold the scale-in
     blocked = [d for d in ds if d.reason == R.REVERSAL_BLOCKED]
     assert blocked and all(d.replicas == 3 for d in blocked)
     # Blocked for the scale-down window after the scale-out, then it goes.
@@ -747,7 +748,7 @@ def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> No
     ds = []
     for i in range(45):
         a = 8.0 * math.exp(0.2 * i * CYCLE / span)
-        ds.append(loop.step(rate=a, arrivals=a, budget=0.95))
+        ds.append(loop.step(rate=a, arrivals=a, budget=0.95, ttft=30.0))
     assert {d.replicas for d in ds} == {3}
     assert all(d.explanation is not None and d.explanation.need.replicas < 2 for d in ds)
     rising = [d for d in ds if d.reason == R.LOAD_RISING]
@@ -755,9 +756,39 @@ def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> No
                           for d in rising)
     assert ds[-1].reason == R.LOAD_RISING
     golden.check("control", "law.decision.load-rising", ds[-1].message)
-    ds = loop.run(900, rate=a, arrivals=a, budget=0.95)
+    ds = loop.run(900, rate=a, arrivals=a, budget=0.95, ttft=30.0)
     assert ds[-1].replicas < 3
     assert R.LOAD_RISING not in {d.reason for d in ds[-10:]}
+
+
+def _after_a_drop(ttft: float) -> list[Decision]:
+    """Six replicas settled on 150 req/s, then the load falls to 30 req/s (about two
+    replicas' worth by the model) with the first-token latency at ``ttft`` ms: the
+    decisions of the next 10 minutes."""
+    loop = settled(6, rate=150.0, arrivals=150.0, budget=0.95)
+    return loop.run(600, rate=30.0, arrivals=30.0, ttft=ttft, budget=0.95)
+
+
+def test_a_scale_in_stops_where_queueing_would_take_first_tokens_past_target(
+        golden: Any) -> None:
+    # Latency near its floor: the scale-in goes where the load says. First tokens that
+    # already wait: fewer replicas queue them longer (the wait grows as rho / (1 - rho)),
+    # so the scale-in stops higher (LatencyHeadroom), the more so the longer they wait now;
+    # a wait that would pass the objective with one replica fewer holds the count.
+    free = _after_a_drop(20.0)
+    tol = make_policy().tolerance
+    assert free[-1].replicas == math.ceil(free[-1].need * (1 + tol) - 1e-9) < 6
+    waiting = _after_a_drop(500.0)
+    assert free[-1].replicas < waiting[-1].replicas < 6
+    assert all(d.need == pytest.approx(f.need) for d, f in zip(waiting, free, strict=True))
+    assert waiting[-1].reason == R.LATENCY_HEADROOM
+    e = waiting[-1].explanation
+    assert e is not None and e.queue_floor == waiting[-1].replicas
+    assert free[-1].explanation is not None and free[-1].explanation.queue_floor == 0
+    long_wait = _after_a_drop(700.0)
+    assert {d.replicas for d in long_wait} == {6}  # held, never scaled out
+    assert long_wait[-1].reason == R.LATENCY_HEADROOM
+    golden.check("control", "law.decision.latency-headroom", long_wait[-1].message)
 
 
 def test_bursty_load_waits_the_whole_window_whatever_the_budget() -> None:
