@@ -637,12 +637,12 @@ def queue_floor(ttft_ms: float | None, floor_ms: float, target_ms: float, arriva
     Without a measured latency, load or capacity, or with no wait measured, it does not
     bind (0)."""
     if ttft_ms is None or not math.isfinite(ttft_ms) or serving <= 0 or arrivals <= 0 \
-            or per_replica <= 0 or target_ms <= 0:
+            or not 0 < per_replica < math.inf or target_ms <= 0:
         return 0
     capacity = per_replica / TARGET_UTILIZATION
     rho = arrivals / (serving * capacity)
     wait = max(0.0, ttft_ms - floor_ms)
-    if rho >= 1.0 or wait <= 0:
+    if not 0 < rho < 1.0 or wait <= 0:
         return 0
     now_q = rho / (1.0 - rho)
     goal = LATENCY_MARGIN * target_ms
