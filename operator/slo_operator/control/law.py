@@ -646,6 +646,8 @@ def queue_floor(ttft_ms: float | None, floor_ms: float, target_ms: float, arriva
         return 0
     now_q = rho / (1.0 - rho)
     goal = LATENCY_MARGIN * target_ms
+    if floor_ms > goal:
+        return 0  # out of replicas' reach (as in ``_ratios``): no count would keep it
     load = arrivals / capacity
     n = cur
     while n > 1:

@@ -791,6 +791,16 @@ def test_a_scale_in_stops_where_queueing_would_take_first_tokens_past_target(
     golden.check("control", "law.decision.latency-headroom", long_wait[-1].message)
 
 
+def test_a_first_token_objective_below_the_prefill_floor_does_not_pin_the_replicas() -> None:
+    # A first-token objective no replica count can keep (its own prefill takes longer):
+    # queueing gives no floor, and the scale-in goes where the load says.
+    loop = settled(6, rate=150.0, arrivals=150.0, budget=0.95,
+                   policy=make_policy(ttft_target_ms=5.0))
+    ds = loop.run(600, rate=30.0, arrivals=30.0, ttft=700.0, budget=0.95)
+    assert ds[-1].replicas < 6
+    assert R.LATENCY_HEADROOM not in {d.reason for d in ds}
+
+
 def test_bursty_load_waits_the_whole_window_whatever_the_budget() -> None:
     loop = Loop(replicas=3)
     ds = [loop.step(rate=a, arrivals=a, budget=0.95)
