@@ -43,8 +43,14 @@ Assumptions, each a simplification of the measured behaviour:
    token pair on the H200 8B profile in BF16 and FP8 alike (attention is 16-bit in
    both), 4 * heads * head_dim * layers FLOPs per pair at about 590 TFLOP/s. A 128k
    prompt in 8192-token chunks is then predicted at 10.9 s against 11.3 s measured
-   (``prefill_chunked_ms``), where the model without the term gave 3.7 s. A profile
-   without the measurement (the 70B one) gets 0: long prompts are understated there.
+   (``prefill_chunked_ms``), where the model without the term gave 3.7 s. The 70B
+   profile's chunks (measured on an H100, the same die and matrix rate; see its
+   ``long_context`` notes) fit 4.5e-6 in both modes, 5.0x the 8B figure for 5x the
+   attention width. A profile without the measurement gets 0: long prompts are
+   understated there. Beyond the largest measured prompt, the straight line through the
+   last two sizes misses the growth of the prompt's own causal square (``p^2 / 2``
+   pairs): the quadratic's excess over that line is added (the 70B profile measured
+   prefill to 2048 tokens; an 8192-token chunk was 10-16% short without it).
 3. Profiles measure BF16 KV caches in both modes; an FP8 KV cache halves the KV bytes
    per token, so it halves the KV read term and doubles the KV capacity.
 4. ``fp16`` runs at the ``bf16`` speed; ``fp8`` means FP8 weights (the profile's fp8
@@ -199,6 +205,13 @@ class StepModel:
             return 0.0
         t = max(self.weights_ms, _interp(self.prefill_tokens, self.prefill_ms_points,
                                          float(tokens)))
+        xs = self.prefill_tokens
+        if len(xs) > 1 and tokens > xs[-1]:
+            # Beyond the largest measured prompt the straight line misses the growth of
+            # the prompt's own causal attention (p^2 / 2 token pairs, in the measurements
+            # up to there): the quadratic's excess over the line through the last two
+            # measured sizes.
+            t += self.prefill_attn_ms_per_token2 / 2.0 * (tokens - xs[-1]) * (tokens - xs[-2])
         if context_before > 0:
             t += self.prefill_attn_ms_per_token2 * tokens * context_before
         return t
