@@ -23,6 +23,7 @@ import ctypes
 import datetime as dt
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -144,10 +145,50 @@ def _which(name: str) -> Path | None:
     return Path(found) if found else None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Where listening ports are picked: below the kernel's ephemeral range. A port the kernel
+# hands out for ``bind(port 0)`` comes from that range, the one outgoing connections take
+# their local ports from too, so between picking it and the server binding it an
+# apiserver client or a scrape could take it ("address already in use"). Below the range
+# only listeners compete, and the ones this process picked are not handed out twice.
+PORT_SPAN = 12_000
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_picked: set[int] = set()
+_picked_lock = threading.Lock()
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split()[:2])
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_port(path: Path = EPHEMERAL_RANGE_FILE) -> int:
+    """A TCP port on 127.0.0.1 free now, below the ephemeral range where the range leaves
+    room (else the kernel's pick), never one this process handed out before."""
+    low = ephemeral_range(path)[0]
+    first = max(1024, low - PORT_SPAN)
+    with _picked_lock:
+        for _ in range(200 if low - first >= 1000 else 0):
+            port = random.randrange(first, low)
+            if port in _picked:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _picked.add(port)
+            return port
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _picked:
+                _picked.add(port)
+                return port
 
 
 def wait_for(
