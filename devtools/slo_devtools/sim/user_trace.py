@@ -98,6 +98,15 @@ MAX_TENANTS = 16
 # Intervals of a rate file given by index, when --rate-interval is not set: a rate per
 # minute is the commonest export of request-rate dashboards (Prometheus rate over 1m).
 DEFAULT_RATE_INTERVAL_S = 60.0
+# Longest span of arrivals or rate intervals replayed: a week holds every daily and weekly
+# shape, and a longer one is nearly always a unit slip (epoch milliseconds read as seconds
+# make one day a thousand).
+MAX_SPAN_S = 7 * 86400.0
+# Most requests one report simulates (after --rate-scale, and generated from a rate file):
+# about 13 times the largest built-in workload (the Azure pair, 151,472 requests). Each is
+# simulated once per policy and sweep point, so the bound keeps a report to hours of CPU
+# rather than a typo's worth of memory.
+MAX_REQUESTS = 2_000_000
 # The trace ends this long after its last arrival, as slo_devtools.sim.traces.azure does.
 TAIL_S = 1.0
 # Context window of each shipped model (max_position_embeddings of the Hugging Face
@@ -393,14 +402,44 @@ def requests_from_rows(rows: Sequence[Row], name: str, time_scale: float = 1.0,
         zeros += sum(1 for k in toks if k == 0)
         tenant = default_tenant
         if ncol is not None and not _missing(f.get(ncol)):
-            tenant = str(f.get(ncol)).strip()
+            tenant = tenant_name(f.get(ncol), name, row.line, ncol)
         out.append((t if iso else t * unit, toks[0], toks[1], tenant))
     order = sorted(range(len(out)), key=lambda i: out[i][0])
     moved = sum(1 for k, i in enumerate(order) if k != i)
     t0 = out[order[0]][0]
+    span = out[order[-1]][0] - t0
+    if span > MAX_SPAN_S:
+        raise TraceFileError(name, f"arrivals span {_days(span)} from line "
+                                   f"{rows[order[0]].line}; {_span_hint()}",
+                             rows[order[-1]].line, first_cols[0] if first_cols else None)
     reqs = tuple(T.Request(out[i][0] - t0, max(1, out[i][1]), max(1, out[i][2]), out[i][3])
                  for i in order)
     return Loaded(reqs, first_cols, moved, zeros, "ISO 8601" if iso_seen else unit_name)
+
+
+def tenant_name(value: object, name: str, line: int, col: str) -> str:
+    """A tenant cell as a name: text or a number, never a JSON object, list or boolean."""
+    if isinstance(value, (dict, list, bool)):
+        raise TraceFileError(name, f"must be a name (text or a number), got {value!r}"[:200],
+                             line, col)
+    return str(value).strip()
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:,.3g} days" if seconds < 1e3 * 86400 else \
+        f"{seconds / 86400:,.0f} days"
+
+
+def _span_hint() -> str:
+    return (f"at most {_days(MAX_SPAN_S)} (times in milliseconds need --time-unit ms or a "
+            "column named like timestamp_ms)")
+
+
+def check_requests(count: float, what: str) -> None:
+    """Refuse more than :data:`MAX_REQUESTS` requests to simulate, before making them."""
+    if count > MAX_REQUESTS:
+        raise ValueError(f"{what} would simulate {count:,.0f} requests; at most "
+                         f"{MAX_REQUESTS:,} (lower --rate-scale or shorten the file)")
 
 
 def safe_name(raw: str, fallback: str = "trace") -> str:
@@ -508,7 +547,7 @@ def rate_windows_from_rows(rows: Sequence[Row], name: str, interval_s: float | N
         f = row.fields
         tenant = default_tenant
         if tenant_col and not _missing(f.get(tenant_col[0])):
-            tenant = str(f.get(tenant_col[0])).strip()
+            tenant = tenant_name(f.get(tenant_col[0]), name, row.line, tenant_col[0])
         pos_col = (start_col or index_col)
         assert pos_col is not None
         raw_pos = f.get(pos_col[0])
@@ -538,6 +577,14 @@ def rate_windows_from_rows(rows: Sequence[Row], name: str, interval_s: float | N
     out: list[RateWindow] = []
     tenants = list(dict.fromkeys(p[0] for p in parsed))
     origin = min(p[1] for p in parsed)  # the first interval starts the trace
+    final = max(parsed, key=lambda p: p[1])
+    span = (final[1] - origin) * ((interval_s or DEFAULT_RATE_INTERVAL_S) if index_col else 1.0)
+    if span > MAX_SPAN_S:
+        hint = _span_hint() if start_col else (
+            f"at most {_days(MAX_SPAN_S)} (each index is one interval of "
+            f"{interval_s or DEFAULT_RATE_INTERVAL_S:g} s, --rate-interval)")
+        raise TraceFileError(name, f"intervals span {_days(span)}; {hint}", final[3],
+                             (start_col or index_col or ("",))[0])
     for tenant in tenants:
         own = sorted((p for p in parsed if p[0] == tenant), key=lambda p: p[1])
         for a, b in itertools.pairwise(own):
@@ -797,6 +844,8 @@ def build(spec: TrafficSpec, rows: Sequence[Row], replica: ReplicaSetup,
     end = 0.0  # where the trace's source ends (a rate file's last interval)
     if spec.trace_file is not None:
         loaded = requests_from_rows(rows, source, scale, default_tenant=wl_name)
+        check_requests(len(loaded.requests) * spec.rate_scale,
+                       f"--rate-scale {spec.rate_scale:g} of {len(loaded.requests):,} requests")
         reqs = scale_requests(rename_tenants(loaded.requests, source), spec.rate_scale, rng)
         notes.append(f"{wl_name}: your trace file {path.name} ({len(rows):,} rows; columns "
                      f"{', '.join(loaded.columns)}; times in {loaded.time_unit}, shifted to "
@@ -812,6 +861,8 @@ def build(spec: TrafficSpec, rows: Sequence[Row], replica: ReplicaSetup,
         windows = rate_windows_from_rows(rows, source, spec.rate_interval, scale,
                                          default_tenant=wl_name)
         end = max(w.start + w.length for w in windows)
+        check_requests(sum(w.rate * w.length for w in windows) * spec.rate_scale,
+                       f"{path.name} at --rate-scale {spec.rate_scale:g}")
         reqs = list(rename_tenants(rate_trace(windows, lengths=lengths(spec.lengths),
                                               cv=spec.cv, rate_scale=spec.rate_scale,
                                               rng=rng), source))

@@ -7,6 +7,7 @@ import gzip
 import itertools
 import json
 import random
+import re
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -131,6 +132,12 @@ def test_milliseconds_from_the_column_name_or_the_time_unit(tmp_path: Path) -> N
     ('[1, 2]\n', 1, None, "JSON object per line"),
     ('{"timestamp": NaN, "prompt_tokens": 10, "output_tokens": 5}\n', 1, "timestamp",
      "finite"),
+    ('{"timestamp": 1, "prompt_tokens": 10, "output_tokens": 5, "tenant": {"id": 7}}\n', 1,
+     "tenant", "must be a name"),
+    ('{"timestamp": 1700000000000, "prompt_tokens": 10, "output_tokens": 5}\n'
+     '{"timestamp": 1700086400000, "prompt_tokens": 10, "output_tokens": 5}\n', 2,
+     "timestamp", "arrivals span 1,000 days from line 1; at most 7 days (times in "
+     "milliseconds need --time-unit ms"),
 ])
 def test_a_malformed_jsonl_file_is_rejected_with_its_line_and_field(
         tmp_path: Path, text: str, line: int, field: str | None, what: str) -> None:
@@ -250,6 +257,8 @@ def test_rate_windows_by_start_time_by_index_and_by_count(tmp_path: Path) -> Non
     ("interval,rate\n0.5,1\n", "line 2, field 'interval': must be a whole interval index"),
     ("time,interval,rate\n0,0,1\n", "line 1: both a start time"),
     ("time,load\n0,1\n", "line 1: no rate field"),
+    ("interval,rate\n0,1\n20000,1\n", "line 3, field 'interval': intervals span 13.9 days; "
+                                      "at most 7 days \\(each index is one interval of 60 s"),
 ])
 def test_a_malformed_rate_file_is_rejected_with_its_line(tmp_path: Path, text: str,
                                                          what: str) -> None:
@@ -281,6 +290,41 @@ def test_a_rate_file_workload_states_its_assumptions(tmp_path: Path) -> None:
     assert 60 < len(prep.trace.requests) < 180  # 30 + 90 expected
     notes = " ".join(prep.trace.notes)
     assert "Gamma renewal per interval, CV 1" in notes and "azure-conv" in notes
+
+
+def test_a_trace_in_epoch_milliseconds_reads_with_the_time_unit(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "ms.jsonl", [
+        {"timestamp": 1_700_000_000_000 + ms, "prompt_tokens": 10, "output_tokens": 5}
+        for ms in (0, 1500, 86_400_000)])
+    assert [r.t for r in load(path, time_scale=1e-3).requests] == [0.0, 1.5, 86_400.0]
+
+
+@pytest.mark.parametrize(("rows", "rate_scale", "option"), [
+    pytest.param([{"interval": 0, "rate": 1e6}, {"interval": 1, "rate": 1.0}], 1.0,
+                 "rates.jsonl at --rate-scale 1 would simulate 60,000,060 requests",
+                 id="a-rate-file-too-busy"),
+    pytest.param([{"interval": 0, "rate": 100.0}, {"interval": 1, "rate": 1.0}], 1e3,
+                 "rates.jsonl at --rate-scale 1000 would simulate 6,060,000 requests",
+                 id="a-rate-scale-too-large"),
+])
+def test_more_requests_than_a_report_simulates_are_refused_before_they_are_made(
+        tmp_path: Path, rows: list[dict[str, float]], rate_scale: float, option: str) -> None:
+    path = write_jsonl(tmp_path / "rates.jsonl", rows)
+    spec = U.TrafficSpec(rate_file=path, rate_scale=rate_scale)
+    made: list[str] = []
+    with pytest.raises(ValueError, match=f"{option}; at most 2,000,000"):
+        U.build(spec, U.read_rows(path)[1], U.replica_setup(),
+                lengths=lambda name: made.append(name) or [(300, 40)])
+    assert made == []  # refused before any request was drawn
+
+
+def test_a_trace_rate_scale_beyond_the_request_bound_is_refused(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": t, "prompt_tokens": 10, "output_tokens": 5} for t in range(3)])
+    spec = U.TrafficSpec(trace_file=path, rate_scale=1e6)
+    with pytest.raises(ValueError, match=r"--rate-scale 1e\+06 of 3 requests would simulate "
+                                         r"3,000,000 requests"):
+        U.build(spec, U.read_rows(path)[1], U.replica_setup())
 
 
 # --- options ------------------------------------------------------------------------------
@@ -349,3 +393,14 @@ def test_rate_scale_copies_each_tenant_apart() -> None:
     # Copies of a's requests stay within a's span (its last one's within a second).
     assert max(r.t for r in out if r.tenant == "a") < 49.0 + U.TAIL_S
     assert statistics.fmean(r.prompt for r in out) == 10
+
+
+def test_the_benchmark_docs_state_the_bounds_the_reader_enforces() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "benchmark.md").read_text()
+    span = re.search(r"spanning more than (\d+) days are refused", doc)
+    most = re.search(r"At most ([\d,]+) requests are simulated per report", doc)
+    tenants = re.search(r"becomes a service with the same objectives \(at most (\d+)\)", doc)
+    assert span and most and tenants, "docs/benchmark.md no longer states the bounds"
+    assert int(span.group(1)) * 86400 == U.MAX_SPAN_S
+    assert int(most.group(1).replace(",", "")) == U.MAX_REQUESTS
+    assert int(tenants.group(1)) == U.MAX_TENANTS
