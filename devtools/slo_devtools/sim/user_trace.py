@@ -52,10 +52,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ValidationError
+
 from slo_devtools.sim import traces as T
 from slo_devtools.sim.bench import MAX_REPLICAS, TARGETS, TRACES
-from slo_devtools.sim.policies import Objectives
+from slo_devtools.sim.policies import Objectives, policy_spec
 from slo_devtools.sim.run import Tenant, Workload
+from slo_operator.api.errors import field_problems
 from slo_operator.control.capacity import hardware_ratios
 from slo_operator.control.law import SPEED_MAX, SPEED_MIN
 from slo_operator.engine import BatchBounds, EngineError, EnginePrefs, ModelFacts, plan_engine
@@ -757,7 +760,19 @@ def parse_objectives(text: str) -> Objectives:
         raise ValueError(f"--objectives: expected three positive numbers of milliseconds "
                          f"E2E_MS,TTFT_MS,ITL_MS (e.g. 20000,3000,100), got {text!r}")
     e2e, ttft, itl = (float(v) for v in vals if v is not None)
-    return Objectives(e2e, ttft, itl, name="custom")
+    obj = Objectives(e2e, ttft, itl, name="custom")
+    _check_policy("--objectives", obj, MAX_REPLICAS)
+    return obj
+
+
+def _check_policy(option: str, obj: Objectives, max_replicas: int) -> None:
+    """Refuse what the SLOPolicy the simulated operator is given would refuse, naming the
+    option and the policy's field (before any policy runs, not halfway through)."""
+    try:
+        policy_spec(obj, max_replicas)
+    except ValidationError as err:
+        problems = "; ".join(str(p) for p in field_problems(err, prefix="spec"))
+        raise ValueError(f"{option}: the SLOPolicy would refuse it: {problems}") from None
 
 
 def objective_sets(custom: Objectives | None, target_sets: Sequence[str]
@@ -827,6 +842,7 @@ def check_spec(spec: TrafficSpec) -> None:
                          f"{', '.join(LENGTH_SOURCES)}")
     if spec.max_replicas < 1:
         raise ValueError(f"--max-replicas: must be >= 1, got {spec.max_replicas}")
+    _check_policy("--max-replicas", TARGETS["strict"]["chat"], spec.max_replicas)
 
 
 def build(spec: TrafficSpec, rows: Sequence[Row], replica: ReplicaSetup,

@@ -342,9 +342,21 @@ def test_check_spec_names_the_option_at_fault(tmp_path: Path) -> None:
                       (U.TrafficSpec(trace_file=f, rate_scale=0.0), "--rate-scale"),
                       (U.TrafficSpec(trace_file=f, cv=-1.0), "--cv"),
                       (U.TrafficSpec(rate_file=f, lengths="sharegpt"), "--lengths"),
-                      (U.TrafficSpec(trace_file=f, max_replicas=0), "--max-replicas")]:
+                      (U.TrafficSpec(trace_file=f, max_replicas=0), "--max-replicas"),
+                      (U.TrafficSpec(trace_file=f, max_replicas=100_000),
+                       "--max-replicas: the SLOPolicy would refuse it: spec.scaling.maxReplicas")]:
         with pytest.raises(ValueError, match=opt):
             U.check_spec(spec)
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("1e308,1e308,1e308", "spec.objectives.e2eLatencyMs"),
+    ("6000,500,7000", "spec.objectives.interTokenLatencyMs must be below"),
+])
+def test_objectives_the_slo_policy_refuses_are_refused_before_any_policy_runs(
+        text: str, field: str) -> None:
+    with pytest.raises(ValueError, match=f"--objectives: the SLOPolicy would refuse it: {field}"):
+        U.parse_objectives(text)
 
 
 def test_the_default_replica_is_the_built_in_benchmark_one() -> None:
