@@ -429,8 +429,8 @@ def tenant_name(value: object, name: str, line: int, col: str) -> str:
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:,.3g} days" if seconds < 1e3 * 86400 else \
-        f"{seconds / 86400:,.0f} days"
+    days = seconds / 86400
+    return f"{days:.3g} days" if days < 100 else f"{days:,.0f} days"
 
 
 def _span_hint() -> str:
