@@ -51,7 +51,8 @@ TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "
 @click.option("--fleet", "fleets", multiple=True,
               help="Fleet the replicas really are, whatever the operator believes: x1.0 | "
                    "x0.7 | x1.3 | ctx-x2 (repeatable; default: x1.0 for every target set "
-                   "and the mismatched ones for strict targets).")
+                   "and the mismatched ones for strict targets; with --trace-file or "
+                   "--rate-file, x1.0 only).")
 @click.option("--targets", type=click.Choice(["strict", "loose", "both"]), default="both",
               show_default=True, help="Objective set(s) to judge windows by.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
@@ -124,7 +125,8 @@ def bench(traces: tuple[str, ...], fleets: tuple[str, ...], targets: str, out: P
         if trace_file is not None or rate_file is not None:
             path = _bench_traffic(given, sets, out, seed, jobs, scenario, trace_file, rate_file,
                                   rate_scale, objectives, gpu, model, max_replicas,
-                                  max_model_len, time_unit, rate_interval, cv, lengths)
+                                  max_model_len, time_unit, rate_interval, cv, lengths,
+                                  list(fleets))
         else:
             extra = [n for n in TRAFFIC_OPTIONS if given(n)]
             if extra:
@@ -146,7 +148,7 @@ def _bench_traffic(given: Callable[[str], bool], sets: list[str], out: Path, see
                    rate_scale: float, objectives: str | None, gpu: str | None,
                    model: str | None, max_replicas: int | None, max_model_len: int | None,
                    time_unit: str, rate_interval: float | None, cv: float | None,
-                   lengths: str | None) -> Path:
+                   lengths: str | None, fleets: list[str]) -> Path:
     """``bench --trace-file/--rate-file``: check the options, then run and report."""
     from slo_devtools.sim.command import run_traffic
     from slo_devtools.sim.user_trace import TrafficSpec, parse_objectives
@@ -163,6 +165,9 @@ def _bench_traffic(given: Callable[[str], bool], sets: list[str], out: Path, see
             if given(name):
                 raise ValueError(f"--{name.replace('_', '-')}: only with --rate-file (a trace "
                                  "file gives every arrival and length)")
+    if objectives is not None and given("targets"):
+        raise ValueError("--targets: --objectives gives the targets to judge by; give one or "
+                         "the other")
     obj = parse_objectives(objectives) if objectives is not None else None
     given_values: dict[str, Any] = {"model": model, "gpu": gpu, "max_replicas": max_replicas,
                                     "cv": cv, "lengths": lengths}
@@ -171,7 +176,7 @@ def _bench_traffic(given: Callable[[str], bool], sets: list[str], out: Path, see
                                time_unit=time_unit, rate_interval=rate_interval, seed=seed),
                    **{k: v for k, v in given_values.items() if v is not None})
     return run_traffic(spec, obj, sets, out, jobs,
-                       warn=lambda m: click.echo(f"warning: {m}", err=True))
+                       warn=lambda m: click.echo(f"warning: {m}", err=True), fleets=fleets)
 
 
 @click.command()

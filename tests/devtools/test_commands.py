@@ -62,6 +62,19 @@ def test_bench_on_a_trace_file_writes_the_report_and_reports_what_it_dropped(
     assert (out / "mine-custom-mine.png").exists()
 
 
+def test_bench_runs_your_trace_on_the_fleet_asked_for(tmp_path: Path) -> None:
+    trace = _small_trace(tmp_path / "mine.jsonl")
+    out = tmp_path / "report"
+    r = CliRunner().invoke(operator_main, ["bench", "--trace-file", str(trace), "--objectives",
+                                           "20000,3000,100", "--fleet", "x1.3", "--out",
+                                           str(out)])
+    assert r.exit_code == 0, r.output
+    text = (out / "report.md").read_text()
+    assert "## mine - custom targets - fleet x1.3" in text
+    assert "every step time x1.3 of the profile" in text
+    assert "custom targets - fleet x1.0" not in text
+
+
 @pytest.mark.parametrize(("args", "where"), [
     (["--gpu", "B999"], "--gpu: GPU product 'B999' is not in the catalogue"),
     (["--model", "llama-2"], "--model: unknown model 'llama-2'"),
@@ -71,6 +84,9 @@ def test_bench_on_a_trace_file_writes_the_report_and_reports_what_it_dropped(
     (["--rate-scale", "-2"], "'--rate-scale'"),
     (["--trace", "ramp"], "--trace: give --trace or --trace-file"),
     (["--cv", "2"], "--cv: only with --rate-file"),
+    (["--fleet", "x2"], "--fleet: unknown fleet 'x2'"),
+    (["--targets", "strict", "--objectives", "20000,3000,100"],
+     "--targets: --objectives gives the targets to judge by"),
 ])
 def test_bench_rejects_a_bad_option_with_a_trace_file_naming_it(
         tmp_path: Path, args: list[str], where: str) -> None:

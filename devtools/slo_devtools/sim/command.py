@@ -109,17 +109,20 @@ def run(traces: Sequence[str], target_sets: Sequence[str], out: Path, seed: int 
 
 
 def run_traffic(spec: TrafficSpec, objectives: Objectives | None, target_sets: Sequence[str],
-                out: Path, jobs: int = 1, warn: Callable[[str], None] | None = None) -> Path:
+                out: Path, jobs: int = 1, warn: Callable[[str], None] | None = None,
+                fleets: Sequence[str] = ()) -> Path:
     """The user's trace or rate file (``spec``) judged by ``objectives``, else by the chat
-    objectives of each of ``target_sets``: the same report and plots as the built-in
-    workloads. What the file loses (requests no replica could serve) goes to ``warn``."""
-    check([], target_sets)
+    objectives of each of ``target_sets``, on each of ``fleets`` (default: replicas as the
+    profile says): the same report and plots as the built-in workloads. What the file
+    loses (requests no replica could serve) goes to ``warn``."""
+    check([], target_sets, fleets)
     prepared = prepare(spec)
     for w in prepared.warnings:
         if warn:
             warn(w)
-    items: list[Item] = [(wl.name, s, wl, PROFILE_FLEET) for s, wl in
-                         prepared.workloads(objective_sets(objectives, target_sets))]
+    items: list[Item] = [(wl.name, s, wl, f) for s, wl in
+                         prepared.workloads(objective_sets(objectives, target_sets))
+                         for f in (dict.fromkeys(fleets) or (PROFILE_FLEET,))]
     return _report(items, out, spec.seed, jobs)
 
 
