@@ -341,6 +341,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         cached_share=model.cached,
         last_waiting=waiting,
         last_time=now,
+        short_time=now if _short(obs, in_flight) and _queued(sig, policy) else state.short_time,
         itl_over=_itl_over(sig, policy),
         idle_since=idle_since,
     )
@@ -527,7 +528,8 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
     model's SLO-feasible batch under the live limit). Feedback corrects the model only
     where the model says the replicas suffice and the latency says they do not, and never
-    while capacity is arriving or a queue drains.
+    while capacity is arriving or a queue drains, nor from a miss read within its reach of
+    a shortfall that queued first tokens (:func:`shortfall_reach`).
 
     Burst: a short window's arrivals at the peak rate ``P`` bring ``P x prefill`` of
     prompt work per second on top of the decode work of the mean load ``A``; replicas
@@ -546,7 +548,9 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     draining = state.last_waiting is not None and waiting < state.last_waiting
     # The model explains a miss only when it would scale out itself (beyond the dead band):
     # a need just above the current replicas, inside the band, moves nothing.
-    settling = in_flight or obs.replicas.warming > 0 or draining \
+    after_short = state.short_time is not None \
+        and 0.0 <= now - state.short_time <= shortfall_reach(obs.signals, policy)
+    settling = _short(obs, in_flight) or after_short or draining \
         or model_need > cur * (1.0 + policy.tolerance)
     # One decision vouches for at most its window of relaxed latency (a restarted
     # operator's gap says nothing about the latency meanwhile).
@@ -580,6 +584,29 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
     return Need(replicas=need, per_replica=per_replica, batch=plan_batch, correction=correction,
                 burst_replicas=burst, driver="burst" if burst > load else "load")
+
+
+def _short(obs: Observation, in_flight: bool) -> bool:
+    """Capacity is short: replicas asked for are starting or Pending, or warming up."""
+    return in_flight or obs.replicas.warming > 0
+
+
+def _queued(sig: Signals, policy: ControlPolicy) -> bool:
+    """Requests wait for capacity: first tokens are over their objective."""
+    return sig.ttft_ms is not None and sig.ttft_ms > policy.ttft_target_ms
+
+
+def shortfall_reach(sig: Signals, policy: ControlPolicy) -> float:
+    """Seconds back a latency measured now still describes: a request finishing now with an
+    end-to-end latency ``E`` arrived ``E`` ago, and the percentiles cover the policy's
+    window. A miss read within this reach of the last shortfall that queued first tokens
+    (``ControlState.short_time``) may have waited for the capacity then arriving (a
+    start-up or a burst's backlog, whose requests finish minutes later on long answers):
+    it does not grow the correction, which would outlive the backlog by hours (its
+    half-life) at full cost. A shortfall whose first tokens met their objective holds
+    nothing: its misses are the model's (docs/slo-loop.md, Feedback)."""
+    e2e_s = (sig.e2e_ms or 0.0) / 1000.0
+    return max(policy.window_s, e2e_s if math.isfinite(e2e_s) else 0.0)
 
 
 # --- 4. scale-in ----------------------------------------------------------------------------

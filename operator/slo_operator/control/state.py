@@ -43,6 +43,11 @@ class ControlState:
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
     last_waiting: float | None = None  # queue length at the last valid decision
     last_time: float | None = None  # time of the last valid decision
+    # Last valid decision that found capacity short (replicas asked for still starting or
+    # Pending, or Ready ones warming up) while first tokens queued over their objective:
+    # latency misses within their reach of it are that queue's, not the model's
+    # (law.shortfall_reach).
+    short_time: float | None = None
     # Measured inter-token percentile over the objective at the last valid decision (None:
     # no objective or no samples): above 1 the ITL lever may move before its rate limit.
     itl_over: float | None = None
@@ -81,6 +86,7 @@ class ControlState:
             "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
             "lastWaiting": _opt(self.last_waiting),
             "lastTime": _opt(self.last_time),
+            "shortTime": _opt(self.short_time),
             "itlOver": _opt(self.itl_over),
             "idleSince": _opt(self.idle_since),
             "zeroSince": _opt(self.zero_since),
@@ -119,6 +125,7 @@ class ControlState:
             cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),
             last_waiting=_num(data.get("lastWaiting"), lo=0.0),
             last_time=_num(data.get("lastTime")),
+            short_time=_num(data.get("shortTime")),
             itl_over=_num(data.get("itlOver"), lo=0.0),
             idle_since=_num(data.get("idleSince")),
             zero_since=_num(data.get("zeroSince")),

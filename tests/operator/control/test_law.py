@@ -60,6 +60,7 @@ from tests.operator.control.control_support import (
     Loop,
     decode_time,
     make_policy,
+    make_signals,
     make_state,
 )
 
@@ -318,6 +319,41 @@ def test_the_correction_waits_while_asked_for_replicas_start() -> None:
         first.explanation.need.correction}
     assert {(d.replicas, d.reason) for d in ds} == {(first.replicas, R.WAITING_FOR_REPLICAS)}
     assert loop.step(rate=40.0).reason != R.WAITING_FOR_REPLICAS  # all Ready: done waiting
+
+
+@pytest.mark.parametrize(("ttft", "waited"), [(3_000.0, True), (300.0, False)])
+def test_a_miss_within_its_reach_of_a_queued_shortfall_does_not_grow_the_correction(
+        ttft: float, waited: bool) -> None:
+    # Requests finishing now with an end-to-end latency E arrived E ago: a miss read within
+    # max(window, E) of the last decision that found replicas starting while first tokens
+    # queued (over their objective) is that queue's, not the model's error. Past the reach
+    # the same miss grows it; a shortfall without a queue does not hold it at all.
+    loop = settled(1, rate=10.0)
+    loop.step(rate=40.0)
+    assert loop.replicas > 1
+    short = loop.step(rate=40.0, ttft=ttft, ready=1, starting=loop.replicas - 1)
+    short_at = loop.now - loop.cycle
+    assert short.explanation is not None
+    assert short.state.short_time == (short_at if waited else None)
+    e2e = 3.0 * loop.policy.e2e_target_ms
+    reach = law.shortfall_reach(make_signals(e2e=e2e), loop.policy)
+    within, beyond = [], []
+    for _ in range(round(2 * reach / loop.cycle)):
+        at = loop.now
+        d = loop.step(rate=40.0, e2e=e2e)
+        assert d.explanation is not None
+        (within if at - short_at <= reach else beyond).append(d.explanation.need.correction)
+    base = short.explanation.need.correction
+    assert within and beyond and beyond[0] > base
+    assert (set(within) == {base}) is waited
+
+
+@pytest.mark.parametrize(("e2e", "reach"), [(None, 60.0), (30_000.0, 60.0),
+                                            (240_000.0, 240.0), (float("inf"), 60.0)])
+def test_the_shortfall_reach_is_the_window_or_the_measured_end_to_end_latency(
+        e2e: float | None, reach: float) -> None:
+    policy = make_policy(window_s=60.0)
+    assert law.shortfall_reach(make_signals(e2e=e2e), policy) == reach
 
 
 # --- protections ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ FULL = ControlState(
     correction=1.55556, limit_bias=0.77777,
     limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),),
     prompt_tokens=500.12345, output_tokens=200.5, last_waiting=3.0, last_time=T0,
-    extra={"k": "v"},
+    short_time=T0 - 40.0, extra={"k": "v"},
 )
 WIRE = {
     "v": 1,
@@ -35,7 +35,7 @@ WIRE = {
     "correction": 1.5556, "limitBias": 0.7778,
     "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]],
     "promptTokens": 500.123, "outputTokens": 200.5, "lastWaiting": 3.0, "lastTime": T0,
-    "extra": {"k": "v"},
+    "shortTime": T0 - 40.0, "extra": {"k": "v"},
 }
 
 
