@@ -341,7 +341,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         cached_share=model.cached,
         last_waiting=waiting,
         last_time=now,
-        short_time=now if _short(obs, in_flight) and _queued(sig, policy) else state.short_time,
+        short_time=now if _short(obs, in_flight) and _queued(ratios) else state.short_time,
         itl_over=_itl_over(sig, policy),
         idle_since=idle_since,
     )
@@ -591,9 +591,11 @@ def _short(obs: Observation, in_flight: bool) -> bool:
     return in_flight or obs.replicas.warming > 0
 
 
-def _queued(sig: Signals, policy: ControlPolicy) -> bool:
-    """Requests wait for capacity: first tokens are over their objective."""
-    return sig.ttft_ms is not None and sig.ttft_ms > policy.ttft_target_ms
+def _queued(ratios: dict[str, float]) -> bool:
+    """Requests wait for capacity: first tokens are over an objective replicas can reach
+    (``_ratios``; where the mean prompt's prefill alone takes most of it, first tokens are
+    late on any count of replicas and say nothing of a queue)."""
+    return ratios.get("ttft", 0.0) > 1.0
 
 
 def shortfall_reach(sig: Signals, policy: ControlPolicy) -> float:

@@ -321,14 +321,17 @@ def test_the_correction_waits_while_asked_for_replicas_start() -> None:
     assert loop.step(rate=40.0).reason != R.WAITING_FOR_REPLICAS  # all Ready: done waiting
 
 
-@pytest.mark.parametrize(("ttft", "waited"), [(3_000.0, True), (300.0, False)])
+@pytest.mark.parametrize(("ttft", "ttft_target", "waited"), [
+    (3_000.0, 1_000.0, True), (300.0, 1_000.0, False),
+    # First tokens over an objective the mean prompt's prefill alone takes: no queue.
+    (3_000.0, 1.0, False)])
 def test_a_miss_within_its_reach_of_a_queued_shortfall_does_not_grow_the_correction(
-        ttft: float, waited: bool) -> None:
+        ttft: float, ttft_target: float, waited: bool) -> None:
     # Requests finishing now with an end-to-end latency E arrived E ago: a miss read within
     # max(window, E) of the last decision that found replicas starting while first tokens
-    # queued (over their objective) is that queue's, not the model's error. Past the reach
-    # the same miss grows it; a shortfall without a queue does not hold it at all.
-    loop = settled(1, rate=10.0)
+    # queued (over an objective replicas can reach) is that queue's, not the model's error.
+    # Past the reach the same miss grows it; a shortfall without a queue holds nothing.
+    loop = settled(1, policy=make_policy(ttft_target_ms=ttft_target), rate=10.0)
     loop.step(rate=40.0)
     assert loop.replicas > 1
     short = loop.step(rate=40.0, ttft=ttft, ready=1, starting=loop.replicas - 1)
