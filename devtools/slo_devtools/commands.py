@@ -78,7 +78,7 @@ TRAFFIC_OPTIONS = ("rate_scale", "objectives", "gpu", "model", "max_replicas", "
 @click.option("--rate-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Multiply the file's request rate by this.")
 @click.option("--objectives", metavar="E2E_MS,TTFT_MS,ITL_MS",
-              help="P99 end-to-end, P95 first-token and P99 inter-token targets in ms, e.g. "
+              help="P99 end-to-end, P95 first-token and P99 inter-token targets in whole ms, e.g. "
                    "20000,3000,100 (default: the chat objectives of --targets).")
 @click.option("--gpu", metavar="PRODUCT",
               help="GPU of every replica, a product of the operator's catalogue "

@@ -80,6 +80,7 @@ def test_bench_runs_your_trace_on_the_fleet_asked_for(tmp_path: Path) -> None:
     (["--model", "llama-2"], "--model: unknown model 'llama-2'"),
     (["--objectives", "20000,3000"], "--objectives: expected three positive numbers"),
     (["--objectives", "20000,0,100"], "--objectives: expected three positive numbers"),
+    (["--objectives", "20000,0.5,100"], "--objectives: the SLOPolicy takes whole milliseconds"),
     (["--rate-scale", "0"], "'--rate-scale'"),
     (["--rate-scale", "-2"], "'--rate-scale'"),
     (["--trace", "ramp"], "--trace: give --trace or --trace-file"),

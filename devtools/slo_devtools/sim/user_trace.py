@@ -760,6 +760,10 @@ def parse_objectives(text: str) -> Objectives:
         raise ValueError(f"--objectives: expected three positive numbers of milliseconds "
                          f"E2E_MS,TTFT_MS,ITL_MS (e.g. 20000,3000,100), got {text!r}")
     e2e, ttft, itl = (float(v) for v in vals if v is not None)
+    # The SLOPolicy takes whole milliseconds: a fraction would be judged here and cut
+    # off in the policy the simulated operator is given.
+    if any(v != math.floor(v) for v in (e2e, ttft, itl)):
+        raise ValueError(f"--objectives: the SLOPolicy takes whole milliseconds, got {text!r}")
     obj = Objectives(e2e, ttft, itl, name="custom")
     _check_policy("--objectives", obj, MAX_REPLICAS)
     return obj
