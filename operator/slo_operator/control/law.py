@@ -151,7 +151,11 @@ class Need:
     batch: int
     correction: float
     burst_replicas: float  # replicas a short burst's prompts need within the TTFT target
-    driver: str  # "load" or "burst": which of the two sized the need
+    driver: str  # "load", "burst" or "queue": which sized the need
+    # Fewest replicas whose queueing keeps first tokens within the margin of their
+    # objective (``queue_replicas``); 0 where it does not bind. It sizes the need only
+    # while the measured latency is over that margin and no capacity is arriving.
+    queue_replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,7 @@ class Normalized:
     limited_message: str
     recommendations: tuple[tuple[float, int], ...]
     history_since: float
-    queue_held: bool = False  # the scale-in stopped at ``queue_floor`` (above the need)
+    queue_held: bool = False  # the scale-in stopped at ``queue_replicas`` (above the need)
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ class Explanation:
     limit_from: int
     limit_to: int
     latency: str
-    # Fewest replicas whose queueing keeps the first-token objective (``queue_floor``);
+    # Fewest replicas whose queueing keeps the first-token objective (``queue_replicas``);
     # 0 where it does not bind.
     queue_floor: int = 0
 
@@ -285,13 +289,12 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                                _arrivals(sig, state, now, policy.window_s)[0])
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight,
-                         now)
+                         now, ttft_floor)
     # Ready (warm) pods without series in this pass (a failing scrape, a target gone
     # from Prometheus): their requests are missing from the load, which reads low.
     unreported = 0 if sig.pods is None else max(
         0, obs.replicas.ready - obs.replicas.warming - sig.pods)
-    queued = queue_floor(sig.ttft_ms, ttft_floor, policy.ttft_target_ms, demand.arrivals,
-                         need.per_replica, obs.replicas.serving, cur)
+    queued = min(cur, need.queue_replicas)
     norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported,
                      queued)
 
@@ -522,7 +525,7 @@ def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPo
 # --- 3. need ------------------------------------------------------------------------------
 def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, demand: Demand,
                   model: Model, cap: Capacity, limit: int, err: float | None, cur: int,
-                  in_flight: bool, now: float) -> Need:
+                  in_flight: bool, now: float, ttft_floor_ms: float = 0.0) -> Need:
     """Replicas for the demand, corrected by the latency error, or for a short burst.
 
     Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
@@ -537,6 +540,12 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     most ``BURST_UTILIZATION`` busy: ``(P prefill + A decode) / 1000 x S / (S + m TTFT)
     / u``, with ``S`` the short window. The highest peak remembered over the scale-in
     lookback counts.
+
+    Queue: where the first-token latency measured on the serving replicas is over
+    ``LATENCY_MARGIN`` of its objective and no capacity is arriving, the replicas whose
+    queueing would keep it there (:func:`queue_replicas`, from ``ttft_floor_ms``, the mean
+    prompt's own prefill and a step): the capacity model's mean service times do not see
+    how prompts spread, and the measured wait does.
     """
     st = model.steps
     plan_batch = max(1, min(cap.batch, limit))
@@ -580,10 +589,18 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
         work = (peak * prefill + demand.arrivals * decode) / 1000.0
         burst = work * SHORT_WINDOW_S / (SHORT_WINDOW_S + LATENCY_MARGIN
                                          * policy.ttft_target_ms / 1000.0) / BURST_UTILIZATION
-    need = max(load, burst)
+    serving = obs.replicas.serving
+    queue = queue_replicas(obs.signals.ttft_ms, ttft_floor_ms, policy.ttft_target_ms,
+                           demand.arrivals, per_replica, serving)
+    # Bounded as the correction is: the latency corrects the model, it never replaces it
+    # (a latency that does not answer to replicas would otherwise ask for ever more).
+    queue_need = min(float(queue), CORRECTION_MAX * demand.total / per_replica) \
+        if queue > serving and not _short(obs, in_flight) else 0.0
+    need = max(load, burst, queue_need)
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
+    driver = "queue" if queue_need > max(load, burst) else ("burst" if burst > load else "load")
     return Need(replicas=need, per_replica=per_replica, batch=plan_batch, correction=correction,
-                burst_replicas=burst, driver="burst" if burst > load else "load")
+                burst_replicas=burst, driver=driver, queue_replicas=queue)
 
 
 def _short(obs: Observation, in_flight: bool) -> bool:
@@ -648,43 +665,40 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
                    f"{full * share:.0f} s of the {full:.0f} s window")
 
 
-def queue_floor(ttft_ms: float | None, floor_ms: float, target_ms: float, arrivals: float,
-                per_replica: float, serving: int, cur: int) -> int:
-    """Fewest replicas (at most ``cur``) whose first-token latency, as measured now and
-    scaled by queueing to fewer replicas, keeps ``LATENCY_MARGIN`` of its objective.
+def queue_replicas(ttft_ms: float | None, floor_ms: float, target_ms: float,
+                   arrivals: float, per_replica: float, serving: int) -> int:
+    """Fewest replicas whose first-token latency, as measured now and scaled by queueing to
+    that many replicas, keeps ``LATENCY_MARGIN`` of its objective.
 
     The capacity model sizes replicas by mean service times; how long a request waits for
     its prefill also depends on how the prompts spread (a long prompt holds every later one
-    back), which it does not see, and the wait grows steeply as utilisation nears 1. So a
-    scale-in is checked against the latency it would cause: the measured first-token
-    latency above its floor (the mean prompt's own prefill and a step) is taken as
-    waiting, which grows as ``rho / (1 - rho)`` (an M/G/1 queue's mean wait, whatever the
-    spread of service times). ``rho`` is the ``arrivals`` over the ``serving`` replicas'
-    capacity at full utilisation (``per_replica / TARGET_UTILIZATION``), and
-    ``serving / n`` times that on ``n`` replicas. The demand's headroom (noise, bursts,
-    trend) stays out: the measured latency already holds its window's bursts.
-    Without a measured latency, load or capacity, or with no wait measured, it does not
-    bind (0)."""
+    back), which it does not see, and the wait grows steeply as utilisation nears 1. So the
+    measured first-token latency above its floor (the mean prompt's own prefill and a step)
+    is taken as waiting ``W``, which grows as ``rho / (1 - rho)`` (an M/G/1 queue's mean
+    wait, whatever the spread of service times). ``rho`` is the ``arrivals`` over the
+    ``serving`` replicas' capacity at full utilisation (``per_replica /
+    TARGET_UTILIZATION``), ``L`` replicas' worth of load, and ``L / n`` on ``n`` replicas;
+    the latency on ``n`` replicas keeps the goal ``g`` (from the floor ``f``) from
+    ``n = L (1 + W / (q (g - f)))`` on, ``q = rho / (1 - rho)`` as measured. On the
+    serving replicas the prediction is the measurement itself, so the count is above them
+    exactly when the measured latency is over the goal. A scale-in stops at it
+    (``normalize``); a measured latency over the goal asks for it (``estimate_need``). The
+    demand's headroom (noise, bursts, trend) stays out: the measured latency already holds
+    its window's bursts. Without a measured latency, load or capacity, with no wait
+    measured, or with the floor itself above the goal (out of the replicas' reach, as in
+    ``_ratios``) it does not bind (0)."""
     if ttft_ms is None or not math.isfinite(ttft_ms) or serving <= 0 or arrivals <= 0 \
             or not 0 < per_replica < math.inf or target_ms <= 0:
         return 0
     capacity = per_replica / TARGET_UTILIZATION
     rho = arrivals / (serving * capacity)
     wait = max(0.0, ttft_ms - floor_ms)
-    if not 0 < rho < 1.0 or wait <= 0:
-        return 0
-    now_q = rho / (1.0 - rho)
     goal = LATENCY_MARGIN * target_ms
-    if floor_ms > goal:
-        return 0  # out of replicas' reach (as in ``_ratios``): no count would keep it
+    if not 0 < rho < 1.0 or wait <= 0 or floor_ms >= goal:
+        return 0
     load = arrivals / capacity
-    n = cur
-    while n > 1:
-        r = load / (n - 1)
-        if r >= 1.0 or floor_ms + wait * (r / (1.0 - r)) / now_q > goal:
-            break
-        n -= 1
-    return n
+    n = load * (1.0 + wait / (rho / (1.0 - rho) * (goal - floor_ms)))
+    return max(1, math.ceil(min(n, MAX_NEED) - 1e-9))
 
 
 # --- 5. normalize ---------------------------------------------------------------------------
@@ -696,7 +710,7 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
     last that bit is the one reported). ``miss``: the largest measured latency over its
     target (above 1: violated), which holds any scale-in; so does ``unreported`` above 0
     (Ready pods whose series are missing: the load reads lower than it is). ``queued``
-    (``queue_floor``): a scale-in goes no lower than the replicas whose queueing keeps the
+    (``queue_replicas``): a scale-in goes no lower than the replicas whose queueing keeps the
     first-token objective (``LatencyHeadroom`` where it holds the scale-in altogether)."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
@@ -1136,10 +1150,14 @@ def format_explanation(e: Explanation) -> str:
     burst = f"+{d.burst:.2f} {d.burst_kind}" if d.burst_kind != "none" else "+0 burst"
     err = f", model error {m.error:.2f}" if m.error is not None else ""
     cache = f", {m.cached:.0%} cached" if m.cached > 0 else ""
-    sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
-             f"{n.burst_replicas:.2f} replicas for its prompts") if n.driver == "burst" else (
-        f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica (batch "
-        f"{n.batch}) needs {n.replicas:.2f} replicas")
+    if n.driver == "burst":
+        sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
+                 f"{n.burst_replicas:.2f} replicas for its prompts")
+    elif n.driver == "queue":
+        sized = f"first tokens' queueing needs {n.queue_replicas} replicas"
+    else:
+        sized = (f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica "
+                 f"(batch {n.batch}) needs {n.replicas:.2f} replicas")
     queue = f", no lower than {e.queue_floor} (first tokens' queueing)" if e.queue_floor else ""
     return (
         f"load {d.arrivals:.2f} req/s {source} ({burst}, +{d.backlog:.2f} backlog) "

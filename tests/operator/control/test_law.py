@@ -800,6 +800,45 @@ def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> No
     assert R.LOAD_RISING not in {d.reason for d in ds[-10:]}
 
 
+@pytest.mark.parametrize(("ttft", "grows"), [(700.0, False), (900.0, True), (3_000.0, True)])
+def test_first_tokens_queueing_past_its_margin_asks_for_the_replicas_that_keep_them(
+        ttft: float, grows: bool, golden: Any) -> None:
+    # The load model is content with three replicas for 60 req/s; first tokens that wait
+    # past 80% of their objective (800 of 1000 ms), a miss or not yet, ask for the
+    # replicas whose queueing keeps them there (the wait shrinks as rho / (1 - rho)), the
+    # more the longer they wait. Inside the margin nothing moves.
+    loop = settled(3, rate=60.0, arrivals=60.0)
+    assert loop.replicas == 3
+    d = loop.step(rate=60.0, arrivals=60.0, ttft=ttft)
+    e = d.explanation
+    assert e is not None
+    if not grows:
+        assert (d.replicas, e.need.driver) == (3, "load")
+        return
+    assert e.need.driver == "queue" and d.replicas == e.need.queue_replicas > 3
+    if ttft < loop.policy.ttft_target_ms:
+        golden.check("control", "law.decision.first-tokens-queue", d.message)
+    assert d.reason == (R.SLO_VIOLATED if ttft > loop.policy.ttft_target_ms
+                        else R.LOAD_INCREASED)
+    # While the replicas asked for start, the same latency asks for nothing more.
+    ds = [loop.step(rate=60.0, arrivals=60.0, ttft=ttft, ready=3,
+                    starting=loop.replicas - 3) for _ in range(3)]
+    assert {x.replicas for x in ds} == {d.replicas}
+    assert all(x.explanation is not None and x.explanation.need.driver != "queue" for x in ds)
+
+
+def test_first_tokens_that_do_not_answer_to_replicas_ask_for_at_most_the_largest_correction(
+) -> None:
+    # A first-token latency far over target at low load (a slow prefix store, say) would
+    # ask for many replicas by queueing alone; it asks for at most CORRECTION_MAX times
+    # the load model's need, as the correction is bounded.
+    loop = settled(3, policy=make_policy(max_replicas=50), rate=60.0, arrivals=60.0)
+    base = loop.decisions[-1].explanation
+    assert base is not None
+    ds = loop.run(900, rate=60.0, arrivals=60.0, ttft=60_000.0)
+    assert 3 < max(d.replicas for d in ds) <= math.ceil(law.CORRECTION_MAX * base.need.replicas)
+
+
 def _after_a_drop(ttft: float) -> list[Decision]:
     """Six replicas settled on 150 req/s, then the load falls to 30 req/s (about two
     replicas' worth by the model) with the first-token latency at ``ttft`` ms: the
