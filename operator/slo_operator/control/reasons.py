@@ -10,7 +10,7 @@ from __future__ import annotations
 from slo_operator.api.conditions import INSUFFICIENT_GPUS, PODS_PENDING, SCALED_TO_ZERO
 
 # --- decision reasons (valid decisions) ---------------------------------------------
-LOAD_INCREASED = "LoadIncreased"  # the capacity model needs more replicas for the load
+LOAD_INCREASED = "LoadIncreased"  # the load (or first tokens' queueing) needs more replicas
 SLO_VIOLATED = "SLOViolated"  # latency over target drove the correction and a scale-out
 LOAD_DECREASED = "LoadDecreased"  # the load fits in fewer replicas for a whole window
 WITHIN_TOLERANCE = "WithinTolerance"  # the need is inside the dead band: nothing moves
