@@ -525,7 +525,7 @@ def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPo
 # --- 3. need ------------------------------------------------------------------------------
 def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, demand: Demand,
                   model: Model, cap: Capacity, limit: int, err: float | None, cur: int,
-                  in_flight: bool, now: float, ttft_floor_ms: float = 0.0) -> Need:
+                  in_flight: bool, now: float, ttft_floor_ms: float) -> Need:
     """Replicas for the demand, corrected by the latency error, or for a short burst.
 
     Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
