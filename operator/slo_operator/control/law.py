@@ -1154,7 +1154,7 @@ def format_explanation(e: Explanation) -> str:
         sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
                  f"{n.burst_replicas:.2f} replicas for its prompts")
     elif n.driver == "queue":
-        sized = f"first tokens' queueing needs {n.queue_replicas} replicas"
+        sized = f"first tokens' queueing needs {n.replicas:.2f} replicas"  # as bounded
     else:
         sized = (f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica "
                  f"(batch {n.batch}) needs {n.replicas:.2f} replicas")
