@@ -542,7 +542,8 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     lookback counts.
 
     Queue: where the first-token latency measured on the serving replicas is over
-    ``LATENCY_MARGIN`` of its objective and no capacity is arriving, the replicas whose
+    ``LATENCY_MARGIN`` of its objective, no capacity is arriving, no shortfall is within
+    its reach and the queue is not draining, the replicas whose
     queueing would keep it there (:func:`queue_replicas`, from ``ttft_floor_ms``, the mean
     prompt's own prefill and a step): the capacity model's mean service times do not see
     how prompts spread, and the measured wait does.
@@ -594,8 +595,12 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
                            demand.arrivals, per_replica, serving)
     # Bounded as the correction is: the latency corrects the model, it never replaces it
     # (a latency that does not answer to replicas would otherwise ask for ever more).
+    # Not while capacity arrives, within a shortfall's reach or while the queue drains:
+    # first tokens then still carry the backlog's wait, which the replicas already there
+    # are clearing.
     queue_need = min(float(queue), CORRECTION_MAX * demand.total / per_replica) \
-        if queue > serving and not _short(obs, in_flight) else 0.0
+        if queue > serving and not (_short(obs, in_flight) or after_short or draining) \
+        else 0.0
     need = max(load, burst, queue_need)
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
     driver = "queue" if queue_need > max(load, burst) else ("burst" if burst > load else "load")

@@ -827,6 +827,22 @@ def test_first_tokens_queueing_past_its_margin_asks_for_the_replicas_that_keep_t
     assert all(x.explanation is not None and x.explanation.need.driver != "queue" for x in ds)
 
 
+def test_first_tokens_of_a_draining_backlog_ask_for_no_queue_replicas() -> None:
+    # A backlog the replicas already there are clearing (fewer waiting at each look)
+    # still shows in first tokens: the requests served now waited behind it. That wait
+    # says nothing of the replicas the arrivals need, so it asks for none; once the queue
+    # stops shrinking, the same first tokens do.
+    loop = settled(3, rate=60.0, arrivals=60.0, waiting=400.0)
+    assert loop.replicas == 3
+    ds = [loop.step(rate=60.0, arrivals=60.0, waiting=w, ttft=3_000.0)
+          for w in (300.0, 200.0, 100.0, 50.0)]
+    assert {d.replicas for d in ds} == {3}
+    assert all(d.explanation is not None and d.explanation.need.driver != "queue" for d in ds)
+    d = loop.step(rate=60.0, arrivals=60.0, waiting=50.0, ttft=3_000.0)
+    assert d.explanation is not None and d.explanation.need.driver == "queue"
+    assert d.replicas > 3
+
+
 def test_first_tokens_that_do_not_answer_to_replicas_ask_for_at_most_the_largest_correction(
 ) -> None:
     # A first-token latency far over target at low load (a slow prefix store, say) would
