@@ -560,8 +560,10 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     # a need just above the current replicas, inside the band, moves nothing.
     after_short = state.short_time is not None \
         and 0.0 <= now - state.short_time <= shortfall_reach(obs.signals, policy)
-    settling = _short(obs, in_flight) or after_short or draining \
-        or model_need > cur * (1.0 + policy.tolerance)
+    # Capacity arriving, a shortfall within its reach or a draining queue: latency still
+    # carries a backlog the replicas already there are clearing.
+    clearing = _short(obs, in_flight) or after_short or draining
+    settling = clearing or model_need > cur * (1.0 + policy.tolerance)
     # One decision vouches for at most its window of relaxed latency (a restarted
     # operator's gap says nothing about the latency meanwhile).
     elapsed = 0.0 if state.last_time is None \
@@ -595,12 +597,10 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
                            demand.arrivals, per_replica, serving)
     # Bounded as the correction is: the latency corrects the model, it never replaces it
     # (a latency that does not answer to replicas would otherwise ask for ever more).
-    # Not while capacity arrives, within a shortfall's reach or while the queue drains:
-    # first tokens then still carry the backlog's wait, which the replicas already there
-    # are clearing.
+    # Not while a backlog is being cleared (``clearing``): first tokens then still carry
+    # its wait.
     queue_need = min(float(queue), CORRECTION_MAX * demand.total / per_replica) \
-        if queue > serving and not (_short(obs, in_flight) or after_short or draining) \
-        else 0.0
+        if queue > serving and not clearing else 0.0
     need = max(load, burst, queue_need)
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
     driver = "queue" if queue_need > max(load, burst) else ("burst" if burst > load else "load")
