@@ -233,8 +233,6 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         if p and queried > 0 else None,
         decode_mean_ms=None if decode is None else decode * 1e3,
     )
-    # Both routings simulated pool the requests (the replica with the fewest outstanding,
-    # or one queue per service), as an InferencePool's endpoint picker does.
     return Observation(key, now, sig, counts, svc.limit, svc.max_num_seqs, hardware, precision,
                        max_num_batched_tokens=svc.budget, labels=labels or {},
-                       model_size_b=model_size_b, pooled_routing=True)
+                       model_size_b=model_size_b)
