@@ -41,13 +41,17 @@ def main() -> None:
     rng = random.Random(a.seed)
     times = gamma_arrivals([scale * r for r in rows], SERVEGEN_WINDOW_S / COMPRESSION,
                            SERVEGEN_DEFAULT_CV, rng)
-    with a.out.open("w") as f:
-        for t in times:
-            prompt = max(16, int(rng.lognormvariate(math.log(PROMPT_MEDIAN), PROMPT_SIGMA)))
-            answer = max(1, min(ANSWER_MAX, int(rng.lognormvariate(math.log(ANSWER_MEDIAN),
-                                                                   ANSWER_SIGMA))))
-            f.write(json.dumps({"timestamp": round(t, 3), "prompt_tokens": prompt,
-                                "output_tokens": answer}) + "\n")
+    lines = []
+    for t in times:
+        prompt = max(16, int(rng.lognormvariate(math.log(PROMPT_MEDIAN), PROMPT_SIGMA)))
+        answer = max(1, min(ANSWER_MAX, int(rng.lognormvariate(math.log(ANSWER_MEDIAN),
+                                                               ANSWER_SIGMA))))
+        lines.append(json.dumps({"timestamp": round(t, 3), "prompt_tokens": prompt,
+                                 "output_tokens": answer}) + "\n")
+    try:
+        a.out.write_text("".join(lines))
+    except OSError as err:
+        ap.error(f"out: cannot write {a.out}: {err.strerror}")
     print(f"wrote {len(times)} requests over {len(rows) * SERVEGEN_WINDOW_S / COMPRESSION / 60:.0f}"
           f" minutes to {a.out}")
 
