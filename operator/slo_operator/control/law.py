@@ -180,6 +180,7 @@ class Normalized:
     recommendations: tuple[tuple[float, int], ...]
     history_since: float
     queue_held: bool = False  # the scale-in stopped at ``queue_replicas`` (above the need)
+    e2e_held: bool = False  # the scale-in held by ``e2e_near``
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,9 @@ class Explanation:
     # Fewest replicas whose queueing keeps the first-token objective (``queue_replicas``);
     # 0 where it does not bind.
     queue_floor: int = 0
+    # A scale-in held by an end-to-end latency over the planning margin where the model
+    # calls the targets out of reach (``normalize``'s ``e2e_near``).
+    e2e_held: bool = False
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     miss = err
     if sig.e2e_ms is not None and policy.e2e_target_ms > 0:
         miss = max(err or 0.0, sig.e2e_ms / policy.e2e_target_ms)
+    # Where the model calls the targets out of reach it sizes at the knee, which says
+    # nothing about end-to-end latency: the measurement is then the only guide, and a
+    # scale-in waits until it shows the planning margin (LatencyHeadroom).
+    e2e_near = (not cap.feasible and sig.e2e_ms is not None and policy.e2e_target_ms > 0
+                and sig.e2e_ms > LATENCY_MARGIN * policy.e2e_target_ms)
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
 
     # The batch limit first: the replicas are sized at the batch they will really run.
@@ -296,7 +305,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         0, obs.replicas.ready - obs.replicas.warming - sig.pods)
     queued = min(cur, need.queue_replicas)
     norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported,
-                     queued)
+                     queued, e2e_near)
 
     limited_reason, limited_message = norm.limited_reason, norm.limited_message
     if not cap.feasible and limited_reason is None:
@@ -318,7 +327,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                               replicas_from=cur, replicas_to=target,
                               limit_from=obs.batch_limit, limit_to=move.limit,
                               latency=_latency_text(sig, policy),
-                              queue_floor=queued if norm.queue_held else 0)
+                              queue_floor=queued if norm.queue_held else 0,
+                              e2e_held=norm.e2e_held)
     direction = (target > cur) - (target < cur)
     limits = state.limits
     if move.limit != obs.batch_limit:
@@ -709,14 +719,17 @@ def queue_replicas(ttft_ms: float | None, floor_ms: float, target_ms: float,
 # --- 5. normalize ---------------------------------------------------------------------------
 def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
               state: ControlState, now: float, miss: float | None,
-              scale_in: ScaleIn, unreported: int = 0, queued: int = 0) -> Normalized:
+              scale_in: ScaleIn, unreported: int = 0, queued: int = 0,
+              e2e_near: bool = False) -> Normalized:
     """The replica count after the dead band, stabilization, reversal, step limits,
     pending pods, bounds and budget; limits report from the softest to the hardest (the
     last that bit is the one reported). ``miss``: the largest measured latency over its
     target (above 1: violated), which holds any scale-in; so does ``unreported`` above 0
     (Ready pods whose series are missing: the load reads lower than it is). ``queued``
     (``queue_replicas``): a scale-in goes no lower than the replicas whose queueing keeps the
-    first-token objective (``LatencyHeadroom`` where it holds the scale-in altogether)."""
+    first-token objective (``LatencyHeadroom`` where it holds the scale-in altogether).
+    ``e2e_near``: the end-to-end latency is over the planning margin of its objective where
+    the model calls the targets out of reach, which holds any scale-in (``LatencyHeadroom``)."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
@@ -729,6 +742,9 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         rec = cur
     slo_hold = rec < cur and miss is not None and miss > 1.0
     unreported_hold = rec < cur and not slo_hold and unreported > 0
+    e2e_hold = rec < cur and not (slo_hold or unreported_hold) and e2e_near
+    if e2e_hold:
+        rec = cur
     queue_hold = rec < cur and not (slo_hold or unreported_hold) and queued > rec
     if queue_hold:
         rec = min(cur, queued)
@@ -759,7 +775,8 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         down_ceiling = max(down_ceiling, cur)
     target = min(max(cur, up_floor), down_ceiling)
     held: str | None = R.SLO_VIOLATED if slo_hold else (
-        R.PODS_UNREPORTED if unreported_hold else (R.LOAD_RISING if rising_hold else None))
+        R.PODS_UNREPORTED if unreported_hold else (
+            R.LATENCY_HEADROOM if e2e_hold else (R.LOAD_RISING if rising_hold else None)))
     if rec < cur and target == cur:
         held = R.STABILIZING
     elif queue_hold and rec == cur and held is None:
@@ -808,7 +825,7 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
         target = min(target, most)
     return Normalized(target=target, recommendation=rec, held=held, limited_reason=limited[0],
                       limited_message=limited[1], recommendations=recs, history_since=hist_since,
-                      queue_held=queue_hold)
+                      queue_held=queue_hold, e2e_held=e2e_hold)
 
 
 # --- 6. the batch limit -----------------------------------------------------------------------
@@ -1164,6 +1181,9 @@ def format_explanation(e: Explanation) -> str:
         sized = (f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica "
                  f"(batch {n.batch}) needs {n.replicas:.2f} replicas")
     queue = f", no lower than {e.queue_floor} (first tokens' queueing)" if e.queue_floor else ""
+    if e.e2e_held:
+        queue += (f", held: e2e over {LATENCY_MARGIN:.0%} of its objective where the model "
+                  "calls it out of reach")
     return (
         f"load {d.arrivals:.2f} req/s {source} ({burst}, +{d.backlog:.2f} backlog) "
         f"{m.prompt:.0f}+{m.output:.0f} tokens{cache}, speed {m.speed:.2f}{err}: {sized}; "

@@ -260,6 +260,34 @@ def test_an_end_to_end_miss_holds_a_scale_in_even_where_the_model_calls_it_out_o
     assert ds[-1].replicas < 3
 
 
+def test_where_the_model_calls_the_target_out_of_reach_a_scale_in_waits_for_e2e_headroom(
+) -> None:
+    # The knee the model sizes at when the target is out of its reach says nothing of the
+    # end-to-end latency: at 0.9 of its objective (met, but inside the planning margin) the
+    # replicas stay; at 0.75, outside it, the scale-in goes ahead.
+    policy = make_policy(e2e_target_ms=4_000.0)
+    loop = settled(3, rate=60.0, policy=policy, e2e=3_000.0)
+    assert loop.replicas == 3
+    ds = loop.run(600, rate=10.0, e2e=3_600.0)
+    assert {d.limited_reason for d in ds} == {R.TARGET_INFEASIBLE}
+    assert {(d.replicas, d.reason) for d in ds} == {(3, R.LATENCY_HEADROOM)}
+    assert all(d.explanation is not None and d.explanation.e2e_held for d in ds)
+    assert ds[-1].need is not None and ds[-1].need < 2  # the model alone would scale in
+    ds = loop.run(900, rate=10.0, e2e=3_000.0)
+    assert ds[-1].replicas < 3
+    assert not any(d.explanation is not None and d.explanation.e2e_held for d in ds)
+
+
+def test_a_feasible_target_scales_in_with_e2e_inside_its_objective() -> None:
+    # Where the model reaches the targets its sizing stands for the latency: e2e at 0.9 of
+    # its objective holds nothing.
+    loop = settled(3, rate=60.0, e2e=9_000.0)
+    ds = loop.run(900, rate=10.0, e2e=9_000.0)
+    assert R.TARGET_INFEASIBLE not in {d.limited_reason for d in ds}
+    assert ds[-1].replicas < 3
+    assert R.LATENCY_HEADROOM not in {d.reason for d in ds}
+
+
 def _target_for_margin(share: float) -> float:
     """An e2e target whose per-token budget (margin applied) is ``share`` of the smallest
     batch's inter-token latency on the default seed and request shape."""
@@ -1116,6 +1144,9 @@ def test_messages_read_as_pinned(golden: Any) -> None:
     golden.check("control", "law.limit.lowered", loop.step(rate=60.0, kv=0.99).limit_message)
     infeasible = Loop(policy=make_policy(itl_target_ms=3.0)).step(rate=30.0)
     golden.check("control", "law.limited.target-infeasible", infeasible.limited_message)
+    near = settled(3, rate=60.0, policy=make_policy(e2e_target_ms=4_000.0), e2e=3_000.0)
+    near.run(600, rate=10.0, e2e=3_600.0)
+    golden.check("control", "law.decision.e2e-headroom", near.decisions[-1].message)
 
 
 # --- arbitration over arbitrary fleets ------------------------------------------------------------
