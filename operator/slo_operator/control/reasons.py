@@ -20,7 +20,9 @@ REVERSAL_BLOCKED = "ReversalBlocked"  # the opposite move came too soon after th
 WAITING_FOR_REPLICAS = "WaitingForReplicas"  # capacity already asked for is still starting
 PODS_UNREPORTED = "PodsUnreported"  # a scale-in waits: Ready pods without series read as less load
 LOAD_RISING = "LoadRising"  # a scale-in waits: the arrival rate has been rising
-LATENCY_HEADROOM = "LatencyHeadroom"  # a scale-in waits: queueing would take TTFT past target
+# A scale-in waits: queueing would take TTFT past target, or e2e is over the planning
+# margin where the model calls the targets out of reach.
+LATENCY_HEADROOM = "LatencyHeadroom"
 LIMIT_LOWERED = "LimitLowered"  # in-flight limit cut: inter-token latency over target
 LIMIT_RAISED = "LimitRaised"  # in-flight limit raised: queueing while replicas are not there
 LIMIT_RESTORED = "LimitRestored"  # in-flight limit back toward the model's batch
