@@ -270,14 +270,13 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # of reach: its tail (TAIL_OUTPUT_FACTOR) is an estimate, the tail requests' tokens
     # wait behind other sequences' prefill chunks, and fewer replicas lengthen every
     # request (larger batches, longer queues, more chunks per replica).
-    miss = err
-    if sig.e2e_ms is not None and policy.e2e_target_ms > 0:
-        miss = max(err or 0.0, sig.e2e_ms / policy.e2e_target_ms)
+    e2e_ratio = sig.e2e_ms / policy.e2e_target_ms \
+        if sig.e2e_ms is not None and policy.e2e_target_ms > 0 else None
+    miss = err if e2e_ratio is None else max(err or 0.0, e2e_ratio)
     # Where the model calls the targets out of reach it sizes at the knee, which says
     # nothing about end-to-end latency: the measurement is then the only guide, and a
     # scale-in waits until it shows the planning margin (LatencyHeadroom).
-    e2e_near = (not cap.feasible and sig.e2e_ms is not None and policy.e2e_target_ms > 0
-                and sig.e2e_ms > LATENCY_MARGIN * policy.e2e_target_ms)
+    e2e_near = not cap.feasible and e2e_ratio is not None and e2e_ratio > LATENCY_MARGIN
     in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
 
     # The batch limit first: the replicas are sized at the batch they will really run.
