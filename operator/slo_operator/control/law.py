@@ -137,7 +137,7 @@ class Demand:
     backlog: float
     total: float
     peak: float | None  # highest short-window arrival rate in the window (gateway)
-    excess: float  # short-window burst over the mean: the lookback's highest ratio x arrivals
+    excess: float  # short-window burst over the window's mean, this window only (req/s)
     shape: str  # "bursty", "falling", "rising" or "steady"
     rates: tuple[tuple[float, float], ...]  # memory for the next cycle
 
@@ -472,17 +472,16 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     recent_sample = bool(kept) and now - kept[-1][0] < policy.window_s / 4
     rates_next = kept if recent_sample else rates_all[-MAX_RATES:]
     # Short bursts inside a window (the gateway's short-window peak over the window's
-    # mean) are remembered as their excess, so a smooth ramp's level is never held up
-    # as a burst and bursty load keeps its bursts planned for the lookback. They size
-    # replicas for their prompts (``estimate_need``), not as sustained demand: a burst of
-    # seconds needs its prompts prefilled within the first-token objective, and the
-    # planned utilisation's headroom absorbs the rest. Only excesses are stored (a
-    # window without one adds nothing to remember).
+    # mean) count as their excess over that mean. They size replicas for their prompts
+    # (``estimate_need``), not as sustained demand: a burst of seconds needs its prompts
+    # prefilled within the first-token objective, and the planned utilisation's headroom
+    # absorbs the rest. The excess is not stored: only the window that shows it counts,
+    # because a level change (a step up, or a drop) also shows a short-window peak over
+    # its window's mean, and remembering that would hold replicas for a load that has
+    # gone; recurring bursts show again in their own windows. (What a burst asked for is
+    # held by the scale-in's stabilization window, like any recommendation.)
     peak = sig.arrival_peak_rate if sig.arrival_peak_rate is not None \
         and math.isfinite(sig.arrival_peak_rate) else None
-    # Only the window that shows it: a level change (a step up, or a drop) also shows a
-    # short-window peak over its window's mean, and remembering that would hold replicas
-    # for a load that has gone; recurring bursts show again in their own windows.
     ratio_now = 0.0 if peak is None or arrivals <= 0 \
         else min(MAX_BURST_RATIO, max(0.0, peak / arrivals - 1.0))
     excess = arrivals * ratio_now
@@ -547,8 +546,8 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     prompt work per second on top of the decode work of the mean load ``A``; replicas
     must clear it within the window plus the first-token objective (margin applied), at
     most ``BURST_UTILIZATION`` busy: ``(P prefill + A decode) / 1000 x S / (S + m TTFT)
-    / u``, with ``S`` the short window. The highest peak remembered over the scale-in
-    lookback counts.
+    / u``, with ``S`` the short window. Only the current window's peak counts (the
+    stabilization window holds what it asked for).
 
     Queue: where the first-token latency measured on the serving replicas is over
     ``LATENCY_MARGIN`` of its objective, no capacity is arriving, no shortfall is within
