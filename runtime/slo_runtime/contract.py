@@ -119,8 +119,27 @@ LEGACY_METRIC_NAMES = {
     TIME_PER_OUTPUT_TOKEN: "vllm:time_per_output_token_seconds",
 }
 
-# Histogram bucket boundaries of vLLM 0.32.0 (without +Inf).
-TOKENS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
+# Per-request token counts (prompt, generation, max_tokens): histograms of these tokens.
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+
+
+def tokens_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's boundaries for its per-request token-count histograms: 1, 2, 5, 10, 20, 50,
+    ... up to ``max_model_len`` (vLLM's ``build_1_2_5_buckets``; the fixture's model had a
+    context of at least 500 and under 1000 tokens, hence ``TOKENS_BUCKETS``)."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10 ** exponent
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
+# Histogram bucket boundaries of vLLM 0.32.0 (without +Inf), as captured in the fixture.
+TOKENS_BUCKETS = tokens_buckets(500)
 ITERATION_TOKENS_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
                             4096.0, 8192.0, 16384.0)
 PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
@@ -134,7 +153,7 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 # Family -> bucket boundaries, for every histogram vLLM 0.32.0 exposes.
 HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     "vllm:request_prompt_tokens": TOKENS_BUCKETS,
-    "vllm:request_generation_tokens": TOKENS_BUCKETS,
+    REQUEST_GENERATION_TOKENS: TOKENS_BUCKETS,
     "vllm:iteration_tokens_total": ITERATION_TOKENS_BUCKETS,
     "vllm:request_max_num_generation_tokens": TOKENS_BUCKETS,
     "vllm:request_params_n": PARAMS_N_BUCKETS,

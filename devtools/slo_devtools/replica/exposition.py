@@ -42,7 +42,7 @@ class VllmMetrics:
 
     def __init__(self, model_name: str, engine: str = "0", block_size: int = 16,
                  kv_capacity_tokens: int = 0, max_num_seqs: int = 0,
-                 cache_dtype: str = "auto"):
+                 cache_dtype: str = "auto", max_model_len: int = 131072):
         self.registry = reg = CollectorRegistry()
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
@@ -97,18 +97,20 @@ class VllmMetrics:
                       ["model_name", "reason"], registry=reg)
         for r in ("max_num_queued_reqs", "max_num_queued_tokens"):
             rej.labels(model_name=model_name, reason=r)
+        # Per-request token counts on vLLM's 1-2-5 boundaries up to the model's length.
+        tokens = vc.tokens_buckets(max_model_len)
         self.req_prompt_tokens = h("vllm:request_prompt_tokens",
-                                   "Prefill tokens per request.", vc.TOKENS_BUCKETS)
-        self.req_gen_tokens = h("vllm:request_generation_tokens",
-                                "Generation tokens per request.", vc.TOKENS_BUCKETS)
+                                   "Prefill tokens per request.", tokens)
+        self.req_gen_tokens = h(vc.REQUEST_GENERATION_TOKENS,
+                                "Generation tokens per request.", tokens)
         self.iteration_tokens = h("vllm:iteration_tokens_total", "Tokens per engine step.",
                                   vc.ITERATION_TOKENS_BUCKETS)
         self.max_gen_tokens = h("vllm:request_max_num_generation_tokens",
-                                "Maximum generation tokens requested.", vc.TOKENS_BUCKETS)
+                                "Maximum generation tokens requested.", tokens)
         self.params_n = h("vllm:request_params_n", "The n request parameter.",
                           vc.PARAMS_N_BUCKETS)
         self.params_max_tokens = h("vllm:request_params_max_tokens",
-                                   "The max_tokens request parameter.", vc.TOKENS_BUCKETS)
+                                   "The max_tokens request parameter.", tokens)
         self.ttft = h(vc.TTFT, "Time to first token.",
                       vc.TTFT_BUCKETS)
         self.itl = h(vc.INTER_TOKEN_LATENCY, "Inter-token latency.", vc.INTER_TOKEN_BUCKETS)
@@ -128,7 +130,7 @@ class VllmMetrics:
                                  "Preemptions per request.", vc.PREEMPTIONS_BUCKETS)
         self.prefill_kv_computed = h("vllm:request_prefill_kv_computed_tokens",
                                      "Prefill tokens computed (not cached) per request.",
-                                     vc.TOKENS_BUCKETS)
+                                     tokens)
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
                      CACHE_CONFIG_LABELS, registry=reg)
         blocks = kv_capacity_tokens // block_size if block_size else 0

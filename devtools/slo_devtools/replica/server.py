@@ -61,7 +61,8 @@ class Replica:
                            kv_capacity_tokens=kv_capacity_tokens)
         self.metrics = VllmMetrics(model_name, block_size=cfg.block_size,
                                    kv_capacity_tokens=kv_capacity_tokens,
-                                   max_num_seqs=max_num_seqs, cache_dtype=kv_cache_dtype)
+                                   max_num_seqs=max_num_seqs, cache_dtype=kv_cache_dtype,
+                                   max_model_len=max_model_len)
         self.engine = Engine(steps or LinearSteps(), self.metrics, cfg)
         self.default_max_tokens = default_max_tokens
         self.max_model_len = max_model_len

@@ -78,6 +78,8 @@ from slo_operator.api.activation import (
 from slo_runtime import contract
 from slo_runtime.stepmodel import StepModel
 
+# The context whose token-count buckets the replicas export (Llama 3.1's 131,072).
+ANSWER_BUCKETS_MAX_LEN = 131_072
 # Ground-truth inter-token latency is binned at 0.5 ms up to this many bins (2.5 s).
 ITL_BIN_S = 0.0005
 ITL_BINS = 5000
@@ -513,6 +515,9 @@ class Service:
         self.itl = Histogram(contract.INTER_TOKEN_BUCKETS)
         self.e2e = Histogram(contract.GATEWAY_E2E_BUCKETS)
         self.tpot = Histogram(contract.INTER_TOKEN_BUCKETS)
+        # Generated tokens per request, on vLLM's boundaries for a model of Llama 3.1's
+        # context (they stop at the model's length).
+        self.answers = Histogram(contract.tokens_buckets(ANSWER_BUCKETS_MAX_LEN))
         self.requests_done = 0
         self.prompt_tokens = 0
         self.gen_tokens = 0
@@ -558,6 +563,7 @@ class Service:
         self.e2e.observe(e2e)
         if r.output > 1:
             self.tpot.observe((now - r.first_at) / (r.output - 1))
+        self.answers.observe(r.output)
         self.finished.append(Finished(r.t, r.first_at, now, r.prompt, r.output, r.preemptions,
                                       r.arrived))
 

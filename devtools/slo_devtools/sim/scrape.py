@@ -29,7 +29,7 @@ from slo_operator.api.observe import (
     ServiceKey,
     Signals,
 )
-from slo_operator.slo.histogram import cv_lower_bound, quantile
+from slo_operator.slo.histogram import cv_lower_bound, quantile, quantile_floor
 from slo_operator.slo.promql import recent_range_s
 
 
@@ -42,6 +42,7 @@ class Sample:
     itl: tuple[tuple[float, ...], float, float]
     e2e: tuple[tuple[float, ...], float, float]
     tpot: tuple[tuple[float, ...], float, float]
+    answers: tuple[tuple[float, ...], float, float]
     requests: float
     prompt_tokens: float
     gen_tokens: float
@@ -56,7 +57,7 @@ class Sample:
     per_replica: tuple[tuple[int, int, float], ...]
 
 
-FAMILIES = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "tpot": "tpot"}
+FAMILIES = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "tpot": "tpot", "answers": "answers"}
 # The arrival peak's short window, in scrape intervals: two samples are the shortest span
 # a PromQL rate can be computed over.
 PEAK_SCRAPES = 2
@@ -75,8 +76,8 @@ class Scraper:
         for name, svc in self.services.items():
             ew, w, run, kv = svc.gauges()
             s = Sample(now, svc.ttft.snapshot(), svc.itl.snapshot(), svc.e2e.snapshot(),
-                       svc.tpot.snapshot(), float(svc.requests_done), float(svc.prompt_tokens),
-                       float(svc.gen_tokens), float(svc.preemptions), float(svc.arrivals),
+                       svc.tpot.snapshot(), svc.answers.snapshot(), float(svc.requests_done),
+                       float(svc.prompt_tokens), float(svc.gen_tokens), float(svc.preemptions), float(svc.arrivals),
                        float(svc.prefix_queries), float(svc.prefix_hits), ew, w, run, kv,
                        tuple(svc.per_replica()))
             self.samples[name].append(s)
@@ -156,6 +157,14 @@ class Scraper:
             best = r if best is None else max(best, r)
         return best
 
+    def quantile_floor(self, name: str, family: str, q: float, now: float, window: float
+                       ) -> float | None:
+        """The lower bound of the bucket holding the quantile ``q`` (``slo.histogram``)."""
+        inc = self.increase_buckets(name, family, now, window)
+        if inc is None or inc[1] <= 0:
+            return None
+        return quantile_floor(q, inc[0])
+
     def jitter(self, name: str, now: float, window: float) -> float | None:
         """CV of per-request decode time per token (``vllm:request_time_per_output_token``)
         in the window, as the lower bound the buckets allow (``slo.histogram``)."""
@@ -232,6 +241,7 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         prefix_hit_share=(p[1].prefix_hits - p[0].prefix_hits) / queried
         if p and queried > 0 else None,
         decode_mean_ms=None if decode is None else decode * 1e3,
+        answer_tail_tokens=scr.quantile_floor(name, "answers", pct.e2e, now, window),
     )
     return Observation(key, now, sig, counts, svc.limit, svc.max_num_seqs, hardware, precision,
                        max_num_batched_tokens=svc.budget, labels=labels or {},

@@ -271,9 +271,19 @@ def _itl(st: StepTimes, b: int, prompt: float, output: float, util: float,
     return st.step_ms(b, context=decode_context(prompt, output)) / (1.0 - prefill_share)
 
 
-def itl_budget_ms(e2e_ms: float, ttft_ms: float, itl_ms: float | None, output: float) -> float:
-    """Per-token latency the targets leave for decoding (margin applied)."""
-    tail = max(1.0, TAIL_OUTPUT_FACTOR * output - 1.0)
+def tail_tokens(output: float, answer_tail: float | None = None) -> float:
+    """Tokens of the tail answer the end-to-end target must hold: ``TAIL_OUTPUT_FACTOR``
+    times the mean, or the answers' tail measured (``answer_tail``: a length the answers at
+    the end-to-end percentile are not below) where that is longer."""
+    measured = answer_tail if answer_tail is not None and math.isfinite(answer_tail) else 0.0
+    return max(TAIL_OUTPUT_FACTOR * output, measured)
+
+
+def itl_budget_ms(e2e_ms: float, ttft_ms: float, itl_ms: float | None, output: float,
+                  answer_tail: float | None = None) -> float:
+    """Per-token latency the targets leave for decoding (margin applied), over the tail
+    answer's tokens after its first (:func:`tail_tokens`)."""
+    tail = max(1.0, tail_tokens(output, answer_tail) - 1.0)
     budget = LATENCY_MARGIN * max(0.0, e2e_ms - ttft_ms) / tail
     if itl_ms is not None:
         budget = min(budget, LATENCY_MARGIN * itl_ms)

@@ -35,6 +35,7 @@ from slo_operator.control.capacity import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
     LATENCY_MARGIN,
+    TAIL_OUTPUT_FACTOR,
     TARGET_UTILIZATION,
     Capacity,
     StepTimes,
@@ -43,6 +44,7 @@ from slo_operator.control.capacity import (
     rate_at_batch,
     replica_capacity,
     seed_step_times,
+    tail_tokens,
 )
 from slo_operator.control.policy import ControlPolicy
 from slo_operator.control.state import MAX_LIMITS, MAX_RATES, MAX_RECOMMENDATIONS, ControlState
@@ -122,6 +124,9 @@ class Model:
     speed_key: str
     prompt: float  # mean prompt tokens
     output: float  # mean output tokens
+    # Tokens the answers at the end-to-end percentile are not below, as measured (None: not
+    # yet read from a window of ``SHAPE_REQUESTS`` requests).
+    answer_tail: float | None
     cached: float  # share of prompt tokens found in the prefix cache
     error: float | None  # measured / predicted mean time per output token, before learning
 
@@ -256,14 +261,15 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     ceiling = max(1, min(policy.max_batch, obs.max_batch))
     floor = max(1, min(policy.min_batch, ceiling))
     budget = itl_budget_ms(policy.e2e_target_ms, policy.ttft_target_ms, policy.itl_target_ms,
-                           model.output)
+                           model.output, model.answer_tail)
     cap = replica_capacity(st, prompt_tokens=model.prompt, output_tokens=model.output,
                            itl_budget=budget, min_batch=floor, max_batch=ceiling,
                            cached_share=model.cached, chunk_tokens=obs.max_num_batched_tokens)
 
     # SLO error: latency over target, only for targets replicas can reach.
     ttft_floor = st.prefill_request_ms(model.prompt, model.cached) + st.step_ms(1)
-    e2e_budget = itl_budget_ms(policy.e2e_target_ms, policy.ttft_target_ms, None, model.output)
+    e2e_budget = itl_budget_ms(policy.e2e_target_ms, policy.ttft_target_ms, None, model.output,
+                               model.answer_tail)
     ratios = _ratios(sig, policy, cap, ttft_floor, e2e_budget)
     err = max(ratios.values()) if ratios else None
     # A scale-in is held by any measured miss, also an end-to-end one the model calls out
@@ -350,6 +356,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         rates=demand.rates,
         prompt_tokens=model.prompt,
         output_tokens=model.output,
+        answer_tail=model.answer_tail,
         cached_share=model.cached,
         last_waiting=waiting,
         last_time=now,
@@ -389,6 +396,12 @@ def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) ->
     hit = sig.prefix_hit_share
     hit = None if hit is None or not math.isfinite(hit) else max(0.0, min(1.0, hit))
     cached = _smooth(state.cached_share, hit, weight) or 0.0
+    # The answers' tail only from a window of SHAPE_REQUESTS requests or more: the
+    # percentile of fewer is their longest one.
+    tail = sig.answer_tail_tokens
+    fresh = tail if tail is not None and math.isfinite(tail) and tail >= 0 \
+        and lam * policy.window_s >= SHAPE_REQUESTS else None
+    answer_tail = _smooth(state.answer_tail, fresh, weight)
 
     seed = policy.step_times or seed_step_times(obs.model_size_b, obs.precision, obs.hardware,
                                                 obs.gpus_per_replica)
@@ -405,7 +418,8 @@ def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) ->
         ratio = max(SPEED_MIN, min(SPEED_MAX, ratio))
         speed, samples = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio, samples + 1
     return Model(steps=seed.scaled(speed), speed=speed, speed_samples=samples, speed_key=key,
-                 prompt=prompt, output=output, cached=cached, error=error)
+                 prompt=prompt, output=output, answer_tail=answer_tail, cached=cached,
+                 error=error)
 
 
 def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: float,
@@ -1170,6 +1184,9 @@ def format_explanation(e: Explanation) -> str:
     burst = f"+{d.burst:.2f} {d.burst_kind}" if d.burst_kind != "none" else "+0 burst"
     err = f", model error {m.error:.2f}" if m.error is not None else ""
     cache = f", {m.cached:.0%} cached" if m.cached > 0 else ""
+    if m.answer_tail is not None and tail_tokens(m.output, m.answer_tail) > \
+            TAIL_OUTPUT_FACTOR * m.output:
+        cache += f", tail answers over {m.answer_tail:.0f} tokens"
     if n.driver == "burst":
         sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
                  f"{n.burst_replicas:.2f} replicas for its prompts")

@@ -40,6 +40,8 @@ class ControlState:
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
+    # Last seen answers' tail: tokens the answers at the end-to-end percentile are not below.
+    answer_tail: float | None = None
     cached_share: float | None = None  # last seen share of prompt tokens in the prefix cache
     last_waiting: float | None = None  # queue length at the last valid decision
     last_time: float | None = None  # time of the last valid decision
@@ -83,6 +85,7 @@ class ControlState:
             "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
             "promptTokens": _opt(self.prompt_tokens),
             "outputTokens": _opt(self.output_tokens),
+            "answerTailTokens": _opt(self.answer_tail),
             "cachedShare": None if self.cached_share is None else round(self.cached_share, 4),
             "lastWaiting": _opt(self.last_waiting),
             "lastTime": _opt(self.last_time),
@@ -122,6 +125,7 @@ class ControlState:
             rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
             prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
             output_tokens=_num(data.get("outputTokens"), lo=0.0),
+            answer_tail=_num(data.get("answerTailTokens"), lo=0.0),
             cached_share=_num(data.get("cachedShare"), lo=0.0, hi=1.0),
             last_waiting=_num(data.get("lastWaiting"), lo=0.0),
             last_time=_num(data.get("lastTime")),

@@ -186,7 +186,7 @@ def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min
     prompt, output = request_shape(state)
     itl = objectives.inter_token_latency_ms
     budget = itl_budget_ms(float(objectives.e2e_latency_ms), float(objectives.ttft_ms),
-                           None if itl is None else float(itl), output)
+                           None if itl is None else float(itl), output, state.answer_tail)
     cap = replica_capacity(st, prompt_tokens=prompt, output_tokens=output, itl_budget=budget,
                            min_batch=max(1, min(min_batch, max_seqs)), max_batch=max_seqs)
     return max(1, min(cap.batch, max_seqs))

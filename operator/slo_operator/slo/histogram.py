@@ -46,6 +46,26 @@ def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
 
 
+def quantile_floor(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """A value the quantile ``q`` is not below: the lower bound of the bucket holding its
+    rank (0 for the first bucket, the highest finite bound for ``+Inf``); None if empty.
+
+    Where buckets are wide (vLLM's token counts: 1, 2, 5, 10, ...), ``quantile``'s linear
+    interpolation reads a tail quantile well above the truth (a long tail puts little of a
+    bucket's mass near its top); the bucket's lower bound never does.
+    """
+    pts = normalise(buckets)
+    if not pts or not math.isinf(pts[-1][0]) or not 0 <= q <= 1:
+        return None
+    total = pts[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    # The first bucket holding the rank: the quantile lies above the bound below it.
+    i = next(i for i, (_, c) in enumerate(pts) if c >= rank)
+    return pts[i - 1][0] if i else 0.0
+
+
 def cv_lower_bound(buckets: Sequence[tuple[float, float]], total_sum: float) -> float | None:
     """Smallest coefficient of variation consistent with the buckets and the exact mean.
 

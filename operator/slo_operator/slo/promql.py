@@ -16,9 +16,10 @@ and one for the observation rate (the ``+Inf`` bucket, tagged ``quantile="count"
 tells which source has samples. The ``decode`` query alone returns bucket rates by ``le``:
 the jitter bound (``slo.histogram.cv_lower_bound``) needs the buckets; it returns them
 for one source per service and window, the first with samples (PromQL's ``and on`` /
-``or on``), not for every source. Policy windows differ too: each range query holds one
-sub-expression per distinct window (at most ``MAX_WINDOWS``; further windows are measured
-at the nearest of those), tagged with a ``window`` label. Alternative sources of one
+``or on``), not for every source; beside them, under ``source="answers"``, the buckets of
+vLLM's generation tokens per request (the answers' tail: ``slo.histogram.quantile_floor``).
+Policy windows differ too: each range query holds one sub-expression per distinct window
+(at most ``MAX_WINDOWS``; further windows are measured at the nearest of those), tagged with a ``window`` label. Alternative sources of one
 signal (client-visible gateway histograms and vLLM's own; current and older vLLM names)
 are tagged with a ``source`` label and chosen per service in ``slo.signals``.
 
@@ -98,6 +99,9 @@ ITL_SOURCES = (
 )
 # Jitter: per-request time per output token first, per-token inter-token latency second.
 DECODE_SOURCES = (("request", c.TIME_PER_OUTPUT_TOKEN), ("token", c.INTER_TOKEN_LATENCY))
+# Answer lengths (generated tokens per request), carried by the ``decode`` query too, under
+# their own ``source`` label: the law's end-to-end budget is set by the longest answers.
+ANSWER_SOURCES = (("answers", c.REQUEST_GENERATION_TOKENS),)
 THROUGHPUT_SIGNALS = (
     ("requests", c.REQUEST_SUCCESS + c.COUNTER_SUFFIX),
     ("prompt_tokens", c.PROMPT_TOKENS + c.COUNTER_SUFFIX),
@@ -302,6 +306,8 @@ def build_queries(windows: Iterable[float], namespaces: Collection[str] | None =
                     rows = f"({rows})"
                 chain = rows if not chain else f"({chain} or on ({BY_SERVICE}) {rows})"
             parts.append(chain)
+            parts.extend(_tag(f"sum by ({BY_SERVICE}, le) (rate({name}_bucket{s}[{w}]))",
+                              window=w, source=src) for src, name in ANSWER_SOURCES)
         return _or(parts)
 
     def rates() -> str:

@@ -19,7 +19,10 @@ Input is what the Prometheus HTTP API returns for an instant query (a list of
   is never below the window's mean (the short steps tile the window);
 - ``prefix_hit_share`` is prefix-cache hits over lookups (prompt tokens), in 0..1, ``None``
   when nothing was looked up; ``decode_mean_ms`` is the decode histogram's sum rate over
-  its count rate (the ``+Inf`` bucket) for the source the jitter reads.
+  its count rate (the ``+Inf`` bucket) for the source the jitter reads;
+- ``answer_tail_tokens`` is a length the answers' percentile at the policy's end-to-end
+  percentile is not below: the lower bound of the generation-token bucket holding that
+  rank (``histogram.quantile_floor``; vLLM's buckets are 1, 2, 5, 10, ... tokens wide).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from slo_operator.api.models import Objectives
 from slo_operator.api.observe import MetricsState, ServiceKey, Signals
 from slo_operator.slo import histogram
 from slo_operator.slo.promql import (
+    ANSWER_SOURCES,
     ARRIVALS_RECENT,
     COUNT,
     DECODE_SOURCES,
@@ -247,6 +251,9 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
     if decode_h is not None and decode_h[2] is not None:
         jitter = histogram.cv_lower_bound(decode_h[1], decode_h[2])
     decode_mean_ms = _decode_mean_ms(decode_h)
+    answers_h = _histogram(rows["decode"], w, ANSWER_SOURCES)
+    answer_tail = None if answers_h is None \
+        else histogram.quantile_floor(spec.e2e_percentile, answers_h[1])
 
     tp = rows["throughput"]
     request_rate = _pick(tp, "signal", "requests", w)
@@ -286,6 +293,7 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),
                                 _pick(tp, "signal", "prefix_queries", w)),
         decode_mean_ms=decode_mean_ms,
+        answer_tail_tokens=answer_tail,
     )
     idle = (request_rate is None or request_rate == 0) and not waiting and not running
     if idle and request_rate is not None:

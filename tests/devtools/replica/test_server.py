@@ -50,8 +50,13 @@ def served_families(text: str) -> dict[str, dict]:
     return out
 
 
+# The captured server's context: its token-count histograms stop at 500 (vLLM's 1-2-5
+# boundaries up to --max-model-len), so it was at least 500 and under 1,000 tokens.
+FIXTURE_MAX_MODEL_LEN = 512
+
+
 async def test_metrics_match_vllm_0_32_0_families_exactly(servers: Servers) -> None:
-    _, url = await servers.replica()
+    _, url = await servers.replica(max_model_len=FIXTURE_MAX_MODEL_LEN)
     async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
         assert r.status == 200
         text = await r.text()

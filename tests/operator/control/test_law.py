@@ -757,6 +757,36 @@ def test_long_prompts_lower_what_a_replica_serves_and_its_batch() -> None:
     assert long.replicas_to > short.replicas_to
 
 
+def test_a_measured_tail_of_long_answers_shrinks_the_batch_and_adds_replicas(
+        golden: Any) -> None:
+    """Answers of 200 tokens on average: the model assumes a tail answer of 480 tokens. A
+    window of 2,400 requests whose answers at the end-to-end percentile are over 1,000
+    tokens leaves each of that answer's tokens half the time per token."""
+    assumed = Loop(replicas=2).run(300, rate=40.0)[-1]
+    measured = Loop(replicas=2).run(300, rate=40.0, answer_tail=1_000.0)[-1]
+    a, m = assumed.explanation, measured.explanation
+    assert a is not None and m is not None
+    assert a.model.answer_tail is None
+    assert m.model.answer_tail == pytest.approx(1_000.0)
+    assert m.need.batch < a.need.batch
+    assert m.need.per_replica < a.need.per_replica
+    assert measured.replicas > assumed.replicas
+    golden.check("control", "law.decision.answer-tail", measured.message)
+
+
+@pytest.mark.parametrize(("rate", "answer_tail"), [
+    pytest.param(10.0, 300.0, id="a-tail-shorter-than-the-assumed-one"),
+    pytest.param(1.0, 1_000.0, id="a-window-of-60-requests"),
+])
+def test_an_answer_tail_inside_the_assumed_one_or_from_a_thin_window_changes_nothing(
+        rate: float, answer_tail: float) -> None:
+    assumed = Loop(replicas=2).run(300, rate=rate)[-1]
+    measured = Loop(replicas=2).run(300, rate=rate, answer_tail=answer_tail)[-1]
+    assert assumed.explanation is not None and measured.explanation is not None
+    assert measured.explanation.need == assumed.explanation.need
+    assert measured.replicas == assumed.replicas
+
+
 @pytest.mark.parametrize("prompt", [500.0, 2_000.0])
 def test_the_kv_cache_caps_the_planned_batch(prompt: float) -> None:
     kv_tokens = 40_000.0

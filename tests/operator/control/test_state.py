@@ -22,7 +22,8 @@ FULL = ControlState(
     speed=1.23456, speed_key="H200/bf16", speed_samples=7,
     correction=1.55556, limit_bias=0.77777,
     limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),),
-    prompt_tokens=500.12345, output_tokens=200.5, last_waiting=3.0, last_time=T0,
+    prompt_tokens=500.12345, output_tokens=200.5, answer_tail=1000.0, last_waiting=3.0,
+    last_time=T0,
     short_time=T0 - 40.0, extra={"k": "v"},
 )
 WIRE = {
@@ -34,8 +35,8 @@ WIRE = {
     "speed": 1.2346, "speedKey": "H200/bf16", "speedSamples": 7,
     "correction": 1.5556, "limitBias": 0.7778,
     "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]],
-    "promptTokens": 500.123, "outputTokens": 200.5, "lastWaiting": 3.0, "lastTime": T0,
-    "shortTime": T0 - 40.0, "extra": {"k": "v"},
+    "promptTokens": 500.123, "outputTokens": 200.5, "answerTailTokens": 1000.0,
+    "lastWaiting": 3.0, "lastTime": T0, "shortTime": T0 - 40.0, "extra": {"k": "v"},
 }
 
 
@@ -154,13 +155,15 @@ FULL_WIRE = {
     "recommendations": [[T0, 3]], "historySince": T0, "lastScale": {"time": T0, "direction": 1},
     "speed": 1.5, "speedKey": "H200/bf16", "speedSamples": 4, "correction": 1.2,
     "limitBias": 0.9, "limits": [[T0, 48]], "rates": [[T0, 2]], "promptTokens": 500,
-    "outputTokens": 200, "lastWaiting": 1, "lastTime": T0, "extra": {"k": "v"},
+    "outputTokens": 200, "answerTailTokens": 500, "lastWaiting": 1, "lastTime": T0,
+    "extra": {"k": "v"},
 }
 JUNK_WIRE = {
     "lastGood": {"replicas": 2.0, "limit": "48", "time": "x"}, "recommendations": "x",
     "lastScale": {"time": True, "direction": 7.0}, "speed": "fast", "speedKey": 3,
     "speedSamples": 2.5, "correction": None, "limitBias": [], "limits": [[1, 2.5]],
     "rates": [[1, True]], "promptTokens": -1, "outputTokens": float("inf"),
+    "answerTailTokens": "long",
     "lastWaiting": "3", "lastTime": float("nan"), "extra": ["x"],
 }
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from slo_operator.slo.histogram import cv_lower_bound, quantile
-from slo_runtime.contract import INTER_TOKEN_BUCKETS
+from slo_operator.slo.histogram import cv_lower_bound, quantile, quantile_floor
+from slo_runtime.contract import INTER_TOKEN_BUCKETS, tokens_buckets
 
 INF = math.inf
 NAN = math.nan
@@ -63,6 +63,50 @@ def test_quantile_follows_histogram_quantile(q: float, buckets: list[tuple[float
 ])
 def test_no_quantile_is_none_never_zero(q: float, buckets: list[tuple[float, float]]) -> None:
     assert quantile(q, buckets) is None
+
+
+# --- the quantile's floor -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("q", "buckets", "want"), [
+    pytest.param(0.99, [(200.0, 90.0), (500.0, 98.0), (1000.0, 100.0), (INF, 100.0)], 500.0,
+                 id="rank-in-a-bucket-its-lower-bound"),
+    pytest.param(0.5, [(200.0, 90.0), (500.0, 98.0), (INF, 100.0)], 0.0,
+                 id="rank-in-the-first-bucket-zero"),
+    pytest.param(0.99, [(200.0, 90.0), (500.0, 95.0), (INF, 100.0)], 500.0,
+                 id="rank-in-inf-the-highest-finite-bound"),
+    pytest.param(0.98, [(200.0, 90.0), (500.0, 98.0), (1000.0, 100.0), (INF, 100.0)], 200.0,
+                 id="rank-at-a-bucket-top-is-inside-it"),
+    pytest.param(0.99, [(500.0, 98.0), (200.0, 90.0), (INF, 100.0), (1000.0, 100.0)], 500.0,
+                 id="unsorted-input-is-sorted"),
+])
+def test_quantile_floor_is_the_lower_bound_of_the_bucket_holding_the_rank(
+        q: float, buckets: list[tuple[float, float]], want: float) -> None:
+    assert quantile_floor(q, buckets) == want
+
+
+@pytest.mark.parametrize("q", [0.9, 0.95, 0.99])
+def test_quantile_floor_never_reads_a_long_tail_above_the_truth_where_interpolation_does(
+        q: float) -> None:
+    # Answer lengths with a long tail on vLLM's 1-2-5 token buckets: the interpolated
+    # quantile sits far above the exact one, the floor never above it.
+    rng = random.Random(3)
+    samples = sorted(max(1.0, round(rng.lognormvariate(math.log(150), 0.8))) for _ in range(4000))
+    exact = samples[math.ceil(q * len(samples)) - 1]
+    buckets = cumulative(samples, tokens_buckets(131072))
+    floor, interpolated = quantile_floor(q, buckets), quantile(q, buckets)
+    assert floor is not None and interpolated is not None
+    assert floor <= exact < interpolated
+
+
+@pytest.mark.parametrize(("q", "buckets"), [
+    pytest.param(0.99, [], id="empty"),
+    pytest.param(0.99, [(1.0, 0.0), (INF, 0.0)], id="no-requests"),
+    pytest.param(0.99, [(1.0, 5.0)], id="no-inf-bucket"),
+    pytest.param(1.5, [(1.0, 5.0), (INF, 10.0)], id="q-above-one"),
+])
+def test_no_quantile_floor_is_none(q: float, buckets: list[tuple[float, float]]) -> None:
+    assert quantile_floor(q, buckets) is None
 
 
 # --- the jitter bound ----------------------------------------------------------------------

@@ -234,6 +234,26 @@ def test_decode_buckets_without_a_sum_give_no_jitter() -> None:
     assert parse({**minimal(), "decode": decode}).jitter is None
 
 
+ANSWER_BOUNDS = ("100", "200", "500", "1000", "+Inf")
+
+
+@pytest.mark.parametrize(("e2e_percentile", "want"), [(0.99, 500.0), (0.9, 200.0)])
+def test_the_answer_tail_is_the_floor_of_the_generation_bucket_at_the_e2e_percentile(
+        e2e_percentile: float, want: float) -> None:
+    """80% of answers up to 200 tokens, 97% up to 500, all up to 1000: the P99 lies in
+    (500, 1000], the P90 in (200, 500]; read beside the jitter's own source."""
+    decode = [row(0.025, le="sum", source="request", window="60s")]
+    decode += hist((0.25, 0.25, 0.75, 1.0), "request", bounds=DECODE_BOUNDS)
+    decode += hist((0.5, 0.8, 0.97, 1.0, 1.0), "answers", bounds=ANSWER_BOUNDS)
+    got = parse({**minimal(), "decode": decode}, SignalSpec(e2e_percentile=e2e_percentile))
+    assert got.answer_tail_tokens == want
+    assert got.jitter == pytest.approx(math.sqrt(2 * 0.25 * 0.015**2) / 0.025)
+
+
+def test_without_generation_buckets_the_answer_tail_is_not_observed() -> None:
+    assert parse(minimal()).answer_tail_tokens is None
+
+
 def test_rows_of_other_windows_and_malformed_rows_before_good_ones_are_skipped() -> None:
     results = minimal()
     results["e2e"] = (lat((0.0, 0.0, 0.0, 9.0), "gateway", window="300s")
