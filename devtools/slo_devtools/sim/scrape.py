@@ -77,7 +77,8 @@ class Scraper:
             ew, w, run, kv = svc.gauges()
             s = Sample(now, svc.ttft.snapshot(), svc.itl.snapshot(), svc.e2e.snapshot(),
                        svc.tpot.snapshot(), svc.answers.snapshot(), float(svc.requests_done),
-                       float(svc.prompt_tokens), float(svc.gen_tokens), float(svc.preemptions), float(svc.arrivals),
+                       float(svc.prompt_tokens), float(svc.gen_tokens), float(svc.preemptions),
+                       float(svc.arrivals),
                        float(svc.prefix_queries), float(svc.prefix_hits), ew, w, run, kv,
                        tuple(svc.per_replica()))
             self.samples[name].append(s)
