@@ -21,7 +21,8 @@ vLLM's generation tokens per request (the answers' tail: ``slo.histogram.quantil
 Policy windows differ too: each range query holds one sub-expression per distinct window
 (at most ``MAX_WINDOWS``; further windows are measured at the nearest of those), tagged
 with a ``window`` label. Alternative sources of one signal (client-visible gateway
-histograms and vLLM's own; current and older vLLM names) are tagged with a ``source`` label and chosen per service in ``slo.signals``.
+histograms and vLLM's own; current and older vLLM names) are tagged with a ``source``
+label and chosen per service in ``slo.signals``.
 
 Demand is read where it arrives: the gateway counts every inference request before
 admission (``slo_gateway_arrivals_total``), so the ``throughput`` query carries the mean
