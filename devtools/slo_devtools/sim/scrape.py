@@ -244,6 +244,8 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         decode_mean_ms=None if decode is None else decode * 1e3,
         answer_tail_tokens=scr.quantile_floor(name, "answers", pct.e2e, now, window),
     )
+    # Both routings simulated pool the requests (the replica with the fewest outstanding,
+    # or one queue per service), as an InferencePool's endpoint picker does.
     return Observation(key, now, sig, counts, svc.limit, svc.max_num_seqs, hardware, precision,
                        max_num_batched_tokens=svc.budget, labels=labels or {},
-                       model_size_b=model_size_b)
+                       model_size_b=model_size_b, pooled_routing=True)

@@ -112,3 +112,7 @@ class Observation:
     error_budget_left: float | None = None
     # The activator's last wake of this service (``api.activation``), None when none.
     wake: Wake | None = None
+    # Requests reach the replicas through a load-aware picker (an InferencePool's endpoint
+    # picker), which pools them; False: a plain Service, whose proxy spreads connections at
+    # random, so each replica queues its own share.
+    pooled_routing: bool = False

@@ -16,7 +16,9 @@ The SLO-feasible batch ``b*`` is the largest batch whose inter-token latency kee
 the inter-token target and the end-to-end target (for a tail request of
 ``TAIL_OUTPUT_FACTOR * g`` tokens after its first token), with ``LATENCY_MARGIN`` of
 slack for the percentile. The replica is then planned at ``TARGET_UTILIZATION * mu(b*)``
-so that queueing (TTFT) stays bounded. ``speed`` scales every step time: it is learnt
+so that queueing (TTFT) stays bounded; where routing pools the requests (a load-aware
+picker), the service's in-flight count is sized instead, with headroom growing as its
+square root (``pooled_replicas``). ``speed`` scales every step time: it is learnt
 online from the throughput of warm, saturated replicas (the model was optimistic when
 ``speed < 1``).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Protocol
 
 from slo_operator.hardware import resolve_product
@@ -40,6 +43,11 @@ from slo_operator.hardware import resolve_product
 # Planned utilisation of a replica's capacity: the rest absorbs arrival noise so TTFT
 # does not grow without bound as in an M/D/1 queue at rho -> 1.
 TARGET_UTILIZATION = 0.8
+# Pooled routing (a load-aware picker sends each request to a replica with room): the
+# in-flight count of the whole service, not of each replica, must fit the batches, and its
+# noise grows as the square root of its mean (``pooled_replicas``). The count is held under
+# the batches at the highest percentile the objectives are read at, never below this one.
+POOLED_MIN_QUANTILE = 0.95
 # Fraction of a latency target the model plans for (a percentile sits above the mean).
 LATENCY_MARGIN = 0.8
 # A tail request's output, relative to the mean output length (e2e grows with length).
@@ -231,6 +239,24 @@ def rate_at_batch(st: StepTimes, batch: int, prompt_tokens: float, output_tokens
     (``chunk_tokens``: its ``--max-num-batched-tokens``, see :func:`_mu`)."""
     return utilization * _mu(st, max(1, batch), max(0.0, prompt_tokens), max(1.0, output_tokens),
                              cached_share, chunk_tokens)
+
+
+def pooled_replicas(busy: float, batch: int, quantile: float) -> float:
+    """Replicas for ``busy`` replicas' worth of load (the rate over one replica's full
+    rate at ``batch``) when routing pools the requests.
+
+    By Little's law ``busy x batch`` sequences are in flight on average; arrivals of
+    independent clients make that count about Poisson, so its ``quantile`` lies ``z``
+    deviations, ``z sqrt(busy x batch)``, above the mean (``z`` the normal quantile). A
+    load-aware router spreads the count over every replica, so the replicas' batches must
+    hold it: ``n = busy + z sqrt(busy / batch)``, the square-root staffing rule of pooled
+    servers. Headroom grows as the square root of the load, so a large service runs closer
+    to full than ``TARGET_UTILIZATION``; a small one never plans below it (random routing
+    fills each replica from its own share, and pooling never needs more)."""
+    busy = max(0.0, busy)
+    q = min(max(POOLED_MIN_QUANTILE, quantile), 1.0 - 1e-9)
+    z = NormalDist().inv_cdf(q)
+    return min(busy / TARGET_UTILIZATION, busy + z * math.sqrt(busy / max(1, batch)))
 
 
 def decode_context(prompt: float, output: float) -> float:

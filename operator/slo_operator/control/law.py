@@ -41,6 +41,7 @@ from slo_operator.control.capacity import (
     StepTimes,
     decode_context,
     itl_budget_ms,
+    pooled_replicas,
     rate_at_batch,
     replica_capacity,
     seed_step_times,
@@ -161,6 +162,9 @@ class Need:
     # objective (``queue_replicas``); 0 where it does not bind. It sizes the need only
     # while the measured latency is over that margin and no capacity is arriving.
     queue_replicas: int = 0
+    # Pooled routing (``Observation.pooled_routing``): the load's replicas at full use,
+    # before the in-flight count's headroom (``capacity.pooled_replicas``); None otherwise.
+    busy: float | None = None
 
 
 @dataclass(frozen=True)
@@ -575,7 +579,16 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     chunk = obs.max_num_batched_tokens
     per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
                                 cached_share=model.cached, chunk_tokens=chunk)
-    model_need = demand.total * state.correction / per_replica if per_replica > 0 else math.inf
+    # Square-root staffing assumes requests of comparable work: where the answers' tail
+    # measured is longer than the model's (a few long answers hold a replica's batch for
+    # minutes whatever the router balances), the planned utilisation's margin stays.
+    pooled = obs.pooled_routing and (model.answer_tail is None or tail_tokens(
+        model.output, model.answer_tail) <= TAIL_OUTPUT_FACTOR * model.output)
+
+    def replicas(rate: float) -> float:
+        return load_replicas(rate, per_replica, plan_batch, pooled, policy.quantile)
+
+    model_need = replicas(demand.total * state.correction)
     waiting = max(0.0, obs.signals.waiting or 0.0)
     draining = state.last_waiting is not None and waiting < state.last_waiting
     # The model explains a miss only when it would scale out itself (beyond the dead band):
@@ -591,7 +604,7 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     elapsed = 0.0 if state.last_time is None \
         else max(0.0, min(policy.window_s, now - state.last_time))
     correction = _correct(state.correction, err, settling, elapsed)
-    load = demand.total * correction / per_replica if per_replica > 0 \
+    load = replicas(demand.total * correction) if per_replica > 0 \
         else float(policy.max_replicas)
     # Fewer replicas hold fewer prefixes: the prefix cache's hits shrink with the replicas
     # (the cache is the replicas' free KV; the conversations it must hold stay). A scale-in
@@ -604,7 +617,7 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
         cached = model.cached * max(load, 1.0) / cur
         per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
                                     cached_share=cached, chunk_tokens=chunk)
-        load = demand.total * correction / per_replica
+        load = replicas(demand.total * correction)
     peak = demand.arrivals + demand.excess if demand.peak is not None else 0.0
     burst = 0.0
     if peak > 0 and demand.total > 0:
@@ -626,8 +639,23 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     need = max(load, burst, queue_need)
     need = min(need, MAX_NEED) if math.isfinite(need) else MAX_NEED  # absurd rates stay finite
     driver = "queue" if queue_need > max(load, burst) else ("burst" if burst > load else "load")
+    busy = demand.total * correction * TARGET_UTILIZATION / per_replica \
+        if pooled and 0 < per_replica < math.inf else None
     return Need(replicas=need, per_replica=per_replica, batch=plan_batch, correction=correction,
-                burst_replicas=burst, driver=driver, queue_replicas=queue)
+                burst_replicas=burst, driver=driver, queue_replicas=queue, busy=busy)
+
+
+def load_replicas(rate: float, per_replica: float, batch: int, pooled: bool,
+                  quantile: float) -> float:
+    """Replicas for ``rate`` requests per second, ``per_replica`` being one replica's
+    planned rate (``TARGET_UTILIZATION`` of its full rate at ``batch``): each replica at
+    that share where a proxy spreads requests at random; where routing pools them, the
+    in-flight count's headroom at ``quantile`` (``capacity.pooled_replicas``)."""
+    if not per_replica > 0:
+        return math.inf
+    if not pooled:
+        return rate / per_replica
+    return pooled_replicas(rate * TARGET_UTILIZATION / per_replica, batch, quantile)
 
 
 def _short(obs: Observation, in_flight: bool) -> bool:
@@ -1193,8 +1221,9 @@ def format_explanation(e: Explanation) -> str:
     elif n.driver == "queue":
         sized = f"first tokens' queueing needs {n.replicas:.2f} replicas"  # as bounded
     else:
+        pooled = "" if n.busy is None else f" ({n.busy:.2f} busy, pooled routing)"
         sized = (f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica "
-                 f"(batch {n.batch}) needs {n.replicas:.2f} replicas")
+                 f"(batch {n.batch}) needs {n.replicas:.2f} replicas{pooled}")
     queue = f", no lower than {e.queue_floor} (first tokens' queueing)" if e.queue_floor else ""
     if e.e2e_held:
         queue += (f", held: e2e over {LATENCY_MARGIN:.0%} of its objective where the model "

@@ -39,6 +39,9 @@ class ControlPolicy:
     # for it or the operator has no activator to wake the service.
     scale_to_zero: bool = False
     idle_before_zero_s: float = 300.0
+    # The highest percentile the objectives are read at (pooled routing sizes the in-flight
+    # count's headroom to it: capacity.pooled_replicas).
+    quantile: float = 0.99
     # Tuning (not in the CRD; documented in docs/slo-loop.md).
     tolerance: float = 0.1  # dead band on the replica need, both directions
     burst_k: float = 1.0  # headroom in standard deviations of the recent request rate
@@ -111,4 +114,6 @@ def policy_for(
         step_times=step_times,
         scale_to_zero=s.scale_to_zero and can_wake,
         idle_before_zero_s=idle_before_zero_s(spec),
+        quantile=max(o.e2e_percentile, o.ttft_percentile,
+                     o.inter_token_percentile if o.inter_token_latency_ms is not None else 0.0),
     )

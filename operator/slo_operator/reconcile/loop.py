@@ -281,6 +281,7 @@ def observation(s: ServiceInput, signals: Any, now: float) -> Observation:
         model_size_b=s.spec.model.size_billions,
         error_budget_left=budget_left(s, now),
         wake=s.wake,
+        pooled_routing=s.spec.routing.inference_pool.enabled,
     )
 
 

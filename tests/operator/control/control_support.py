@@ -71,16 +71,17 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
 def make_obs(*, desired: int = 2, ready: int | None = None, warming: int = 0,
              starting: int = 0, pending: int = 0, batch_limit: int = 64, max_batch: int = 64,
              gpus_per_replica: int = 1, now: float = T0, budget: float | None = None,
-             hardware: str = "H200", wake: Wake | None = None,
+             hardware: str = "H200", wake: Wake | None = None, pooled: bool = False,
              **signals: Any) -> Observation:
     """An observation of ``desired`` replicas (all ready unless told), ``budget`` the share
-    of the error budget left."""
+    of the error budget left, ``pooled`` whether routing pools the requests."""
     return Observation(
         key=KEY, now=now, signals=make_signals(**signals),
         replicas=ReplicaCounts(desired=desired, ready=desired if ready is None else ready,
                                warming=warming, starting=starting, pending=pending),
         batch_limit=batch_limit, max_batch=max_batch, hardware=hardware, precision="bf16",
         gpus_per_replica=gpus_per_replica, error_budget_left=budget, wake=wake,
+        pooled_routing=pooled,
     )
 
 

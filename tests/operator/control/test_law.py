@@ -46,6 +46,7 @@ from slo_operator.control.capacity import (
     KV_PLAN_SHARE,
     LATENCY_MARGIN,
     TAIL_OUTPUT_FACTOR,
+    TARGET_UTILIZATION,
     decode_context,
     rate_at_batch,
     replica_capacity,
@@ -124,6 +125,48 @@ def test_a_need_inside_the_dead_band_moves_nothing(need: float, reason: str) -> 
     ds = Loop(replicas=3).run(600, rate=need * PER_REPLICA, e2e=8_000.0)
     assert {(d.replicas, d.reason) for d in ds} == {(3, reason)}
     assert ds[-1].need == pytest.approx(need)
+
+
+def _steady_need(rate: float, *, pooled: bool, policy: ControlPolicy | None = None
+                 ) -> law.Need:
+    """The need a steady ``rate`` settles on (replicas that follow it, max 1000)."""
+    loop = Loop(replicas=max(1, round(rate / PER_REPLICA)),
+                policy=replace(policy or make_policy(), max_replicas=1000))
+    d = loop.run(600, rate=rate, pooled=pooled)[-1]
+    assert d.explanation is not None
+    return d.explanation.need
+
+
+@pytest.mark.parametrize("busy", [0.5, 2.0, 8.0, 30.0, 120.0])
+def test_pooled_routing_sizes_the_in_flight_count_and_never_needs_more(busy: float) -> None:
+    # A load-aware router spreads the service's in-flight requests over every replica, so
+    # their noise is the whole count's (its square root), not each replica's share of it:
+    # a large service runs closer to full use, a small one as without pooling.
+    rate = busy * PER_REPLICA / TARGET_UTILIZATION
+    alone, pooled = _steady_need(rate, pooled=False), _steady_need(rate, pooled=True)
+    assert alone.busy is None and pooled.busy == pytest.approx(busy)
+    assert pooled.driver == alone.driver == "load"
+    assert busy < pooled.replicas <= alone.replicas == pytest.approx(busy / TARGET_UTILIZATION)
+    # Headroom over the busy replicas: a shrinking share as the load grows.
+    share = (pooled.replicas - busy) / busy
+    assert share <= 1.0 / TARGET_UTILIZATION - 1.0 + 1e-9
+    if busy >= 30.0:
+        assert share < 0.5 * (1.0 / TARGET_UTILIZATION - 1.0)
+
+
+def test_pooled_headroom_follows_the_highest_percentile_the_objectives_set() -> None:
+    def need(**objectives: float) -> float:
+        spec = SLOPolicySpec.model_validate({
+            "objectives": {"e2eLatencyMs": 10_000, "ttftMs": 1_000, **objectives},
+            "batching": {"minBatch": 8, "maxBatch": 64}})
+        policy = policy_for(spec)
+        return _steady_need(40.0 * PER_REPLICA, pooled=True, policy=policy).replicas
+
+    p99 = need()  # e2e at P99 (the default)
+    assert need(e2ePercentile=0.999) > p99 > need(e2ePercentile=0.9)
+    # Never below the P95 of the count, whatever the objectives read.
+    assert need(e2ePercentile=0.5, ttftPercentile=0.5) == need(e2ePercentile=0.9) == need(
+        e2ePercentile=0.95)
 
 
 def test_a_load_drop_waits_the_scale_down_window_then_steps_down() -> None:

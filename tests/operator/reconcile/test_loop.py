@@ -448,3 +448,17 @@ def test_a_restart_at_any_pass_scales_and_limits_as_the_uninterrupted_one() -> N
     passes = restarted_at_every_pass(RESTART_SCRIPT)
     assert [(k, kept[:2]) for k, (_, kept, _) in enumerate(passes)] == [
         (k, fresh[:2]) for k, (_, _, fresh) in enumerate(passes)]
+
+
+def test_a_service_behind_an_inference_pool_is_planned_for_pooled_routing() -> None:
+    # Its endpoint picker pools the requests (control.capacity.pooled_replicas); a plain
+    # Service's proxy spreads them at random, each replica queueing its own share.
+    body, snap, _ = planned(replicas=2)
+    key = ServiceKey("team-a", "chat")
+    pool = {"inferencePool": {"enabled": True, "endpointPickerRef": {"name": "epp"}}}
+    behind = {**body, "spec": {**body["spec"], "routing": pool}}
+    for service, pooled in ((body, False), (behind, True)):
+        s = replace(snap, services={("team-a", "chat"): service})
+        updates = asyncio.run(observe_and_decide(FakeMetrics({key: OVERLOAD}), s,
+                                                 NOW + timedelta(seconds=30)))
+        assert ("pooled routing" in updates[key].message) is pooled
