@@ -154,6 +154,26 @@ def test_pooled_routing_sizes_the_in_flight_count_and_never_needs_more(busy: flo
         assert share < 0.5 * (1.0 / TARGET_UTILIZATION - 1.0)
 
 
+@pytest.mark.parametrize(("answer_tail", "pooled"), [
+    pytest.param(None, True, id="no-tail-measured"),
+    pytest.param(400.0, True, id="a-tail-within-the-models"),
+    pytest.param(1_000.0, False, id="a-tail-longer-than-the-models"),
+])
+def test_a_measured_tail_longer_than_the_models_keeps_the_planned_utilisation(
+        answer_tail: float | None, pooled: bool) -> None:
+    # Answers of 200 tokens on average, 480 in the model's tail: requests of comparable
+    # work pool; a tail of 1,000 tokens holds a replica's batch whatever the picker does.
+    rate = 30.0 * PER_REPLICA / TARGET_UTILIZATION
+    loop = Loop(replicas=round(rate / PER_REPLICA), policy=replace(make_policy(),
+                                                                     max_replicas=1000))
+    need = loop.run(600, rate=rate, pooled=True, answer_tail=answer_tail)[-1].explanation
+    assert need is not None
+    assert (need.need.busy is not None) == pooled
+    if not pooled:
+        assert need.need.replicas == pytest.approx(
+            rate / need.need.per_replica, rel=1e-6)
+
+
 def test_pooled_headroom_follows_the_highest_percentile_the_objectives_set() -> None:
     def need(**objectives: float) -> float:
         spec = SLOPolicySpec.model_validate({
