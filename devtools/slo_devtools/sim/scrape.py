@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from slo_devtools.sim.discrete_event import Histogram, Phase, Service
@@ -116,13 +117,15 @@ class Scraper:
             out.append((le, cum))
         return out, new[1] - old[1], new[2] - old[2]
 
-    def quantile(self, name: str, family: str, q: float, now: float, window: float
+    def quantile(self, name: str, family: str, q: float, now: float, window: float,
+                 read: Callable[[float, list[tuple[float, float]]], float | None] = quantile
                  ) -> float | None:
-        """``histogram_quantile(q, sum by (le) (increase(family_bucket[window])))``."""
+        """``histogram_quantile(q, sum by (le) (increase(family_bucket[window])))``, or
+        another ``read`` of the window's buckets (``quantile_floor``)."""
         inc = self.increase_buckets(name, family, now, window)
         if inc is None or inc[1] <= 0:
             return None
-        return quantile(q, inc[0])
+        return read(q, inc[0])
 
     def mean(self, name: str, family: str, now: float, window: float) -> float | None:
         inc = self.increase_buckets(name, family, now, window)
@@ -157,14 +160,6 @@ class Scraper:
             r = (getattr(s, counter) - getattr(samples[j], counter)) / (s.t - times[j])
             best = r if best is None else max(best, r)
         return best
-
-    def quantile_floor(self, name: str, family: str, q: float, now: float, window: float
-                       ) -> float | None:
-        """The lower bound of the bucket holding the quantile ``q`` (``slo.histogram``)."""
-        inc = self.increase_buckets(name, family, now, window)
-        if inc is None or inc[1] <= 0:
-            return None
-        return quantile_floor(q, inc[0])
 
     def jitter(self, name: str, now: float, window: float) -> float | None:
         """CV of per-request decode time per token (``vllm:request_time_per_output_token``)
@@ -242,7 +237,8 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         prefix_hit_share=(p[1].prefix_hits - p[0].prefix_hits) / queried
         if p and queried > 0 else None,
         decode_mean_ms=None if decode is None else decode * 1e3,
-        answer_tail_tokens=scr.quantile_floor(name, "answers", pct.e2e, now, window),
+        answer_tail_tokens=scr.quantile(name, "answers", pct.e2e, now, window,
+                                        read=quantile_floor),
     )
     # Both routings simulated pool the requests (the replica with the fewest outstanding,
     # or one queue per service), as an InferencePool's endpoint picker does.

@@ -131,6 +131,11 @@ class Model:
     cached: float  # share of prompt tokens found in the prefix cache
     error: float | None  # measured / predicted mean time per output token, before learning
 
+    @property
+    def long_tail(self) -> bool:
+        """The answers' tail measured is longer than the model's own (``tail_tokens``)."""
+        return tail_tokens(self.output, self.answer_tail) > TAIL_OUTPUT_FACTOR * self.output
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -582,8 +587,7 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     # Square-root staffing assumes requests of comparable work: where the answers' tail
     # measured is longer than the model's (a few long answers hold a replica's batch for
     # minutes whatever the router balances), the planned utilisation's margin stays.
-    pooled = obs.pooled_routing and (model.answer_tail is None or tail_tokens(
-        model.output, model.answer_tail) <= TAIL_OUTPUT_FACTOR * model.output)
+    pooled = obs.pooled_routing and not model.long_tail
 
     def replicas(rate: float) -> float:
         return load_replicas(rate, per_replica, plan_batch, pooled, policy.quantile)
@@ -1212,8 +1216,7 @@ def format_explanation(e: Explanation) -> str:
     burst = f"+{d.burst:.2f} {d.burst_kind}" if d.burst_kind != "none" else "+0 burst"
     err = f", model error {m.error:.2f}" if m.error is not None else ""
     cache = f", {m.cached:.0%} cached" if m.cached > 0 else ""
-    if m.answer_tail is not None and tail_tokens(m.output, m.answer_tail) > \
-            TAIL_OUTPUT_FACTOR * m.output:
+    if m.long_tail:
         cache += f", tail answers over {m.answer_tail:.0f} tokens"
     if n.driver == "burst":
         sized = (f"burst of {d.arrivals + d.excess:.2f} req/s needs "
