@@ -13,7 +13,7 @@ a value and why:
    by the measured latency error, and replicas to absorb a short burst's prompts within
    the first-token objective;
 4. ``scale_in_window``: how long a scale-in waits, from the error budget left and the
-   load's recent shape (none while the load rises);
+   load's recent shape (none while the load, or the prompt work it brings, rises);
 5. ``normalize``: dead band, stabilization windows, no reversal, step limits, pending
    pods, bounds and budget;
 6. ``batch_limit``: the live in-flight limit.
@@ -308,8 +308,10 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     move = batch_limit(obs, policy, state, now, step_batch, ratios, waiting, cur, in_flight,
                        floor, ceiling)
 
-    scale_in = scale_in_window(policy, obs.error_budget_left, state, now,
-                               _arrivals(sig, state, now, policy.window_s)[0])
+    arrivals_now = _arrivals(sig, state, now, policy.window_s)[0]
+    work = work_load(st, arrivals_now, model)
+    loads, loads_next = _remember(state.loads, now, work, policy)
+    scale_in = scale_in_window(policy, obs.error_budget_left, state, now, arrivals_now, loads)
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight,
                          now, ttft_floor)
@@ -363,6 +365,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         limit_bias=move.bias,
         limits=limits,
         rates=demand.rates,
+        loads=loads_next,
         prompt_tokens=model.prompt,
         output_tokens=model.output,
         answer_tail=model.answer_tail,
@@ -486,14 +489,9 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     waiting = max(0.0, sig.waiting or 0.0)
     # The memory always spans the policy's whole lookback (what status keeps does not
     # depend on the error budget); the budget's shorter lookback applies when reading it.
-    memory = max(policy.burst_lookback_s, policy.window_s)
     recall = max(lookback_s, policy.window_s)
-    kept = tuple((t, r) for t, r in state.rates if now - t <= memory)
-    rates_all = (*kept, (now, arrivals))
+    rates_all, rates_next = _remember(state.rates, now, arrivals, policy)
     rates = tuple((t, r) for t, r in rates_all if now - t <= recall)
-    # Stored at most every quarter window, so a short cycle does not shorten the memory.
-    recent_sample = bool(kept) and now - kept[-1][0] < policy.window_s / 4
-    rates_next = kept if recent_sample else rates_all[-MAX_RATES:]
     # Short bursts inside a window (the gateway's short-window peak over the window's
     # mean) count as their excess over that mean. They size replicas for their prompts
     # (``estimate_need``), not as sustained demand: a burst of seconds needs its prompts
@@ -522,6 +520,29 @@ def estimate_demand(obs: Observation, policy: ControlPolicy, state: ControlState
     return Demand(arrivals=arrivals, source=source, burst=burst, burst_kind=kind,
                   backlog=backlog, total=total, peak=peak, excess=excess,
                   shape=_shape(rates, now, policy), rates=rates_next)
+
+
+def _remember(series: tuple[tuple[float, float], ...], now: float, value: float,
+              policy: ControlPolicy) -> tuple[tuple[tuple[float, float], ...],
+                                              tuple[tuple[float, float], ...]]:
+    """(the samples over the policy's lookback with ``value`` now, the samples to keep):
+    one sample at most every quarter window, so a short cycle does not shorten the
+    memory."""
+    memory = max(policy.burst_lookback_s, policy.window_s)
+    kept = tuple((t, r) for t, r in series if now - t <= memory)
+    every = (*kept, (now, value))
+    recent = bool(kept) and now - kept[-1][0] < policy.window_s / 4
+    return every, (kept if recent else every[-MAX_RATES:])
+
+
+def work_load(st: StepTimes, arrivals: float, model: Model) -> float:
+    """Prompt work arriving per second, in replicas' worth: the arrival rate times the
+    prefill time of the mean prompt less the share its prefix cache spares (with the
+    attention over its earlier tokens), so longer prompts or fewer cache hits raise it at a
+    steady request rate. At the seed's speed: a learnt speed settling is no work arriving
+    (every step time scales by it)."""
+    return max(0.0, arrivals) * st.prefill_request_ms(model.prompt, model.cached) \
+        * model.speed / 1000.0
 
 
 def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> float:
@@ -689,7 +710,8 @@ def shortfall_reach(sig: Signals, policy: ControlPolicy) -> float:
 
 # --- 4. scale-in ----------------------------------------------------------------------------
 def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: ControlState,
-                    now: float, arrivals: float) -> ScaleIn:
+                    now: float, arrivals: float,
+                    loads: tuple[tuple[float, float], ...] = ()) -> ScaleIn:
     """How long a scale-in waits (and how long burst peaks are remembered).
 
     The error budget decides the trade: with much of it left (``BUDGET_RICH``) a scale-in
@@ -700,13 +722,20 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
     (``LoadRising``): the need that reads lower than the replicas is the model's, and a
     model that under-sizes the traffic (queueing behind long prompts) reads lowest just
     as the load climbs toward its peak; a replica given up then comes back a cold start
-    late. A policy window of zero stays zero.
+    late. The same holds where the prompt work arriving rises at a steady or falling
+    request rate (``loads``, :func:`work_load`: longer prompts, fewer prefix-cache hits):
+    the need is read from a request shape smoothed over minutes, which trails such a rise,
+    and a scale-in that starts then also loses the cached prefixes of the replicas it
+    removes. A policy window of zero stays zero.
     """
     full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
     rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
     shape = _shape(rates, now, policy)
     if shape == "rising":
         return ScaleIn(full, lookback, "rising load: none while it rises", rising=True)
+    if _shape(tuple((t, r) for t, r in loads if now - t <= lookback), now, policy) == "rising":
+        return ScaleIn(full, lookback, "rising prompt work (longer or less cached prompts): "
+                       "none while it rises", rising=True)
     if budget_left is None or not math.isfinite(budget_left):
         return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
     if shape == "bursty":

@@ -19,7 +19,8 @@ STABILIZING = "Stabilizing"  # a scale-down waits for its stabilization window
 REVERSAL_BLOCKED = "ReversalBlocked"  # the opposite move came too soon after the last one
 WAITING_FOR_REPLICAS = "WaitingForReplicas"  # capacity already asked for is still starting
 PODS_UNREPORTED = "PodsUnreported"  # a scale-in waits: Ready pods without series read as less load
-LOAD_RISING = "LoadRising"  # a scale-in waits: the arrival rate has been rising
+# A scale-in waits: the arrival rate, or the prompt work arriving, has been rising.
+LOAD_RISING = "LoadRising"
 # A scale-in waits: queueing would take TTFT past target, or e2e is over the planning
 # margin where the model calls the targets out of reach.
 LATENCY_HEADROOM = "LatencyHeadroom"

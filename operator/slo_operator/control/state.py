@@ -38,6 +38,9 @@ class ControlState:
     limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
     limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
     rates: tuple[tuple[float, float], ...] = ()  # (time, request rate) for burst statistics
+    # (time, prompt work arriving in replicas' worth: the arrival rate times the mean
+    # uncached prompt's prefill time, law.work_load) for that work's trend.
+    loads: tuple[tuple[float, float], ...] = ()
     prompt_tokens: float | None = None  # last seen mean prompt length
     output_tokens: float | None = None  # last seen mean output length
     # Last seen answers' tail: tokens the answers at the end-to-end percentile are not below.
@@ -83,6 +86,7 @@ class ControlState:
             "limitBias": round(self.limit_bias, 4),
             "limits": [[_r(t), n] for t, n in self.limits],
             "rates": [[_r(t), round(r, 4)] for t, r in self.rates],
+            "loads": [[_r(t), round(r, 4)] for t, r in self.loads],
             "promptTokens": _opt(self.prompt_tokens),
             "outputTokens": _opt(self.output_tokens),
             "answerTailTokens": _opt(self.answer_tail),
@@ -123,6 +127,7 @@ class ControlState:
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],
             rates=_pairs(data.get("rates"), float)[-MAX_RATES:],
+            loads=_pairs(data.get("loads"), float)[-MAX_RATES:],
             prompt_tokens=_num(data.get("promptTokens"), lo=0.0),
             output_tokens=_num(data.get("outputTokens"), lo=0.0),
             answer_tail=_num(data.get("answerTailTokens"), lo=0.0),

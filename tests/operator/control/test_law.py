@@ -913,6 +913,34 @@ def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> No
     assert R.LOAD_RISING not in {d.reason for d in ds[-10:]}
 
 
+@pytest.mark.parametrize("grows", [True, False])
+def test_prompt_work_rising_at_a_steady_request_rate_is_not_scaled_in(grows: bool,
+                                                                golden: Any) -> None:
+    # Four replicas serve 4 req/s of 4,000-token prompts, which two replicas would serve.
+    # Where the prompts grow by 40% of their first length every four windows at the same
+    # request rate (the prompt work arriving rises: the learnt shape trails it by minutes), none
+    # is given up for ten minutes although the need stays under three; with prompts that
+    # stay as they are, the same ten minutes scale in.
+    loop = Loop(replicas=4)
+    span = 4 * loop.policy.window_s
+    ds = []
+    for i in range(30):
+        prompt = 4_000.0 * (1.0 + (0.4 * i * CYCLE / span if grows else 0.0))
+        ds.append(loop.step(rate=4.0, arrivals=4.0, budget=0.95, ttft=300.0, prompt=prompt))
+    assert all(d.explanation is not None and d.explanation.need.replicas < 3 for d in ds)
+    if not grows:
+        assert ds[-1].replicas < 4
+        assert R.LOAD_RISING not in {d.reason for d in ds}
+        return
+    assert {d.replicas for d in ds} == {4}
+    assert {d.reason for d in ds[5:]} == {R.LOAD_RISING}
+    e = ds[-1].explanation
+    assert e is not None and e.scale_in.rising and e.demand.shape == "steady"
+    golden.check("control", "law.decision.prompt-work-rising", ds[-1].message)
+    ds = loop.run(900, rate=4.0, arrivals=4.0, budget=0.95, ttft=300.0, prompt=prompt)
+    assert ds[-1].replicas < 4
+
+
 @pytest.mark.parametrize(("ttft", "grows"), [(700.0, False), (900.0, True), (3_000.0, True)])
 def test_first_tokens_queueing_past_its_margin_asks_for_the_replicas_that_keep_them(
         ttft: float, grows: bool, golden: Any) -> None:

@@ -21,7 +21,7 @@ FULL = ControlState(
     last_scale_time=T0 - 30.0, last_scale_direction=-1,
     speed=1.23456, speed_key="H200/bf16", speed_samples=7,
     correction=1.55556, limit_bias=0.77777,
-    limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),),
+    limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),), loads=((T0 - 15.0, 2.54321),),
     prompt_tokens=500.12345, output_tokens=200.5, answer_tail=1000.0, last_waiting=3.0,
     last_time=T0,
     short_time=T0 - 40.0, extra={"k": "v"},
@@ -34,7 +34,7 @@ WIRE = {
     "lastScale": {"time": T0 - 30.0, "direction": -1},
     "speed": 1.2346, "speedKey": "H200/bf16", "speedSamples": 7,
     "correction": 1.5556, "limitBias": 0.7778,
-    "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]],
+    "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]], "loads": [[T0 - 15.0, 2.5432]],
     "promptTokens": 500.123, "outputTokens": 200.5, "answerTailTokens": 1000.0,
     "lastWaiting": 3.0, "lastTime": T0, "shortTime": T0 - 40.0, "extra": {"k": "v"},
 }
@@ -50,14 +50,16 @@ def test_every_field_is_written_rounded() -> None:
 def test_every_field_is_read_back() -> None:
     assert ControlState.from_dict(WIRE) == replace(
         FULL, recommendations=((1_799_999_989.877, 3),), speed=1.2346, correction=1.5556,
-        limit_bias=0.7778, rates=((T0 - 15.0, 12.3457),), prompt_tokens=500.123)
+        limit_bias=0.7778, rates=((T0 - 15.0, 12.3457),), loads=((T0 - 15.0, 2.5432),),
+        prompt_tokens=500.123)
 
 
 def test_an_empty_status_reads_as_a_fresh_state_and_writes_no_nulls() -> None:
     assert ControlState.from_dict({}) == ControlState()
     assert ControlState().to_dict() == {"v": 1, "recommendations": [], "speed": 1.0,
                                         "speedKey": "", "speedSamples": 0, "correction": 1.0,
-                                        "limitBias": 1.0, "limits": [], "rates": []}
+                                        "limitBias": 1.0, "limits": [], "rates": [],
+                                        "loads": []}
 
 
 def test_non_finite_times_are_left_out() -> None:
@@ -154,7 +156,8 @@ FULL_WIRE = {
     "v": 1, "lastGood": {"replicas": 3, "limit": 48, "time": T0},
     "recommendations": [[T0, 3]], "historySince": T0, "lastScale": {"time": T0, "direction": 1},
     "speed": 1.5, "speedKey": "H200/bf16", "speedSamples": 4, "correction": 1.2,
-    "limitBias": 0.9, "limits": [[T0, 48]], "rates": [[T0, 2]], "promptTokens": 500,
+    "limitBias": 0.9, "limits": [[T0, 48]], "rates": [[T0, 2]], "loads": [[T0, 1.5]],
+    "promptTokens": 500,
     "outputTokens": 200, "answerTailTokens": 500, "lastWaiting": 1, "lastTime": T0,
     "extra": {"k": "v"},
 }
@@ -162,7 +165,7 @@ JUNK_WIRE = {
     "lastGood": {"replicas": 2.0, "limit": "48", "time": "x"}, "recommendations": "x",
     "lastScale": {"time": True, "direction": 7.0}, "speed": "fast", "speedKey": 3,
     "speedSamples": 2.5, "correction": None, "limitBias": [], "limits": [[1, 2.5]],
-    "rates": [[1, True]], "promptTokens": -1, "outputTokens": float("inf"),
+    "rates": [[1, True]], "loads": [["x", 1]], "promptTokens": -1, "outputTokens": float("inf"),
     "answerTailTokens": "long",
     "lastWaiting": "3", "lastTime": float("nan"), "extra": ["x"],
 }
