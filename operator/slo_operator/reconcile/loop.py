@@ -554,10 +554,10 @@ def same_memory(written: ControlState, new: ControlState, policy: ControlPolicy,
     so that deciding from either (``resume`` brings the written one forward) comes to the
     same: the stamps of the last pass (``lastTime``, ``lastGood.time``), the last time of
     the newest run of equal wishes, what fell out of the law's windows (wishes past the
-    stabilization windows, rates past the burst lookback) and, while ``idle`` (a stretch
-    ``resume`` replays), more zero rate samples. Elsewhere a new rate sample is a change
-    even when it repeats the last: the burst headroom counts samples. Compared as
-    written (``to_dict``'s rounding)."""
+    stabilization windows, rate and prompt-work samples past the burst lookback) and, while
+    ``idle`` (a stretch ``resume`` replays), more zero samples of either. Elsewhere a new
+    sample is a change even when it repeats the last: the burst headroom counts samples.
+    Compared as written (``to_dict``'s rounding)."""
     return _memory(written, policy, now, idle) == _memory(new, policy, now, idle)
 
 
@@ -573,10 +573,11 @@ def _memory(state: ControlState, policy: ControlPolicy, now: float,
     *older, newest = d.get("recommendations") or [[None, None]]
     d["recommendations"] = [[t, n] for t, n in older if now - t <= horizon] + [
         [None, newest[1]]]
-    rates = [[t, r] for t, r in d.get("rates", []) if now - t <= policy.burst_lookback_s]
-    while idle and len(rates) > 1 and rates[-1][1] == rates[-2][1] == 0:
-        rates.pop()  # a run of zeros: its first sample (when it began) stands for it
-    d["rates"] = rates
+    for key in ("rates", "loads"):  # sampled alike (law._remember)
+        series = [[t, r] for t, r in d.get(key, []) if now - t <= policy.burst_lookback_s]
+        while idle and len(series) > 1 and series[-1][1] == series[-2][1] == 0:
+            series.pop()  # a run of zeros: its first sample (when it began) stands for it
+        d[key] = series
     return d
 
 
