@@ -103,6 +103,7 @@ MAX_BURST_RATIO = 10.0
 BUDGET_RICH = 0.75
 BUDGET_THIN = 0.25
 SCALE_IN_FAST = 0.4
+GROWTH_MAX = 2.0  # most prompt work per request planned ahead of the current shape
 BURSTY_NOISE = 0.15  # rate noise over its level from which the load counts as bursty
 # Live limit moves.
 LIMIT_DOWN_FACTOR = 0.75
@@ -130,6 +131,7 @@ class Model:
     answer_tail: float | None
     cached: float  # share of prompt tokens found in the prefix cache
     error: float | None  # measured / predicted mean time per output token, before learning
+    weight: float = SHAPE_ALPHA_MAX  # how far this cycle's window moved the request shape
 
     @property
     def long_tail(self) -> bool:
@@ -170,6 +172,8 @@ class Need:
     # Pooled routing (``Observation.pooled_routing``): the load's replicas at full use,
     # before the in-flight count's headroom (``capacity.pooled_replicas``); None otherwise.
     busy: float | None = None
+    # Prompt work per request planned for, over the current shape's (``work_growth``).
+    growth: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -313,8 +317,13 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     loads, loads_next = _remember(state.loads, now, work, policy)
     scale_in = scale_in_window(policy, obs.error_budget_left, state, now, arrivals_now, loads)
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
+    # The smoothed shape trails a ramp by (1 - weight) / weight decisions.
+    cycle = 0.0 if state.last_time is None \
+        else min(policy.window_s, max(0.0, now - state.last_time))
+    growth = work_growth(loads, (*state.rates, (now, arrivals_now)), now, policy,
+                         (1.0 - model.weight) / model.weight * cycle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight,
-                         now, ttft_floor)
+                         now, ttft_floor, growth)
     # Ready (warm) pods without series in this pass (a failing scrape, a target gone
     # from Prometheus): their requests are missing from the load, which reads low.
     unreported = 0 if sig.pods is None else max(
@@ -431,7 +440,7 @@ def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) ->
         speed, samples = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio, samples + 1
     return Model(steps=seed.scaled(speed), speed=speed, speed_samples=samples, speed_key=key,
                  prompt=prompt, output=output, answer_tail=answer_tail, cached=cached,
-                 error=error)
+                 error=error, weight=weight)
 
 
 def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: float,
@@ -545,7 +554,25 @@ def work_load(st: StepTimes, arrivals: float, model: Model) -> float:
         * model.speed / 1000.0
 
 
-def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> float:
+def work_growth(loads: tuple[tuple[float, float], ...], rates: tuple[tuple[float, float], ...],
+                now: float, policy: ControlPolicy, lag_s: float) -> float:
+    """How much more prompt work each request will bring when replicas asked for now
+    serve. The prompt work per request is ``work_load`` over the arrival rate at each
+    stored sample (both series are stored together); where it rises (``_shape``), its
+    trend (``_trend``'s rule) is carried a cold start and half a window ahead, as the
+    rate's is, plus ``lag_s``, how far the smoothed request shape it is read from trails a
+    ramp. 1 where it does not rise; at most ``GROWTH_MAX``."""
+    lookback = max(policy.burst_lookback_s, policy.window_s)
+    at = {t: r for t, r in rates if now - t <= lookback}
+    per = tuple((t, w / at[t]) for t, w in loads if at.get(t, 0.0) > 0)
+    if not per or per[-1][0] != now or per[-1][1] <= 0 or _shape(per, now, policy) != "rising":
+        return 1.0
+    ahead = policy.cold_start_s + policy.window_s / 2 + max(0.0, lag_s)
+    return max(1.0, min(GROWTH_MAX, 1.0 + _trend(per, now, policy, ahead) / per[-1][1]))
+
+
+def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy,
+           ahead: float | None = None) -> float:
     """A rising load keeps rising while new replicas start: plan for the rate they will
     meet, a cold start and half a window (a window's mean lags a ramp by half a window)
     ahead. Only a rise that lasted both of the last two windows counts (the smaller of
@@ -554,7 +581,9 @@ def _trend(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPo
     w = policy.window_s
     recent = _slope([(t, r) for t, r in rates if now - t <= w])
     older = _slope([(t, r) for t, r in rates if w <= now - t <= 2 * w])
-    return max(0.0, min(recent, older)) * (policy.cold_start_s + w / 2)
+    if ahead is None:
+        ahead = policy.cold_start_s + w / 2
+    return max(0.0, min(recent, older)) * ahead
 
 
 def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPolicy) -> str:
@@ -577,7 +606,7 @@ def _shape(rates: tuple[tuple[float, float], ...], now: float, policy: ControlPo
 # --- 3. need ------------------------------------------------------------------------------
 def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, demand: Demand,
                   model: Model, cap: Capacity, limit: int, err: float | None, cur: int,
-                  in_flight: bool, now: float, ttft_floor_ms: float) -> Need:
+                  in_flight: bool, now: float, ttft_floor_ms: float, growth: float = 1.0) -> Need:
     """Replicas for the demand, corrected by the latency error, or for a short burst.
 
     Load: ``demand x correction / per_replica`` at the batch the replicas will run (the
@@ -603,7 +632,8 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     st = model.steps
     plan_batch = max(1, min(cap.batch, limit))
     chunk = obs.max_num_batched_tokens
-    per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
+    prompt = model.prompt * growth
+    per_replica = rate_at_batch(st, plan_batch, prompt, model.output,
                                 cached_share=model.cached, chunk_tokens=chunk)
     # Square-root staffing assumes requests of comparable work: where the answers' tail
     # measured is longer than the model's (a few long answers hold a replica's batch for
@@ -640,7 +670,7 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
         if not (cached > 0 and 0 < load < cur and per_replica > 0):
             break
         cached = model.cached * max(load, 1.0) / cur
-        per_replica = rate_at_batch(st, plan_batch, model.prompt, model.output,
+        per_replica = rate_at_batch(st, plan_batch, prompt, model.output,
                                     cached_share=cached, chunk_tokens=chunk)
         load = replicas(demand.total * correction)
     peak = demand.arrivals + demand.excess if demand.peak is not None else 0.0
@@ -667,7 +697,8 @@ def estimate_need(obs: Observation, policy: ControlPolicy, state: ControlState, 
     busy = demand.total * correction * TARGET_UTILIZATION / per_replica \
         if pooled and 0 < per_replica < math.inf else None
     return Need(replicas=need, per_replica=per_replica, batch=plan_batch, correction=correction,
-                burst_replicas=burst, driver=driver, queue_replicas=queue, busy=busy)
+                burst_replicas=burst, driver=driver, queue_replicas=queue, busy=busy,
+                growth=growth)
 
 
 def load_replicas(rate: float, per_replica: float, batch: int, pooled: bool,
@@ -1254,8 +1285,9 @@ def format_explanation(e: Explanation) -> str:
         sized = f"first tokens' queueing needs {n.replicas:.2f} replicas"  # as bounded
     else:
         pooled = "" if n.busy is None else f" ({n.busy:.2f} busy, pooled routing)"
+        ahead = "" if n.growth <= 1.0 else f", prompt work rising: x{n.growth:.2f} per request"
         sized = (f"x{n.correction:.2f} correction at {n.per_replica:.2f} req/s per replica "
-                 f"(batch {n.batch}) needs {n.replicas:.2f} replicas{pooled}")
+                 f"(batch {n.batch}{ahead}) needs {n.replicas:.2f} replicas{pooled}")
     queue = f", no lower than {e.queue_floor} (first tokens' queueing)" if e.queue_floor else ""
     if e.e2e_held:
         queue += (f", held: e2e over {LATENCY_MARGIN:.0%} of its objective where the model "

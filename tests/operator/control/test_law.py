@@ -941,6 +941,36 @@ def test_prompt_work_rising_at_a_steady_request_rate_is_not_scaled_in(grows: boo
     assert ds[-1].replicas < 4
 
 
+def test_rising_prompt_work_is_planned_for_the_prompts_new_replicas_will_meet(golden: Any
+                                                                            ) -> None:
+    # At a steady 10 req/s the prompts grow from 4,000 to 12,000 tokens over twelve
+    # minutes. The learnt shape trails them by minutes, and a replica asked for now serves a
+    # cold start later: the need is planned for the prompt work per request the trend
+    # projects, so by the time the prompts reach 12,000 tokens the service runs the
+    # replicas a service settled at 12,000 runs.
+    policy = make_policy(max_replicas=50)
+    final = settled(2, policy=policy, rate=10.0, arrivals=10.0, prompt=12_000.0).replicas
+    loop = settled(2, policy=policy, rate=10.0, arrivals=10.0, prompt=4_000.0)
+    assert final > loop.replicas + 2
+    ds = [loop.step(rate=10.0, arrivals=10.0, prompt=4_000.0 + 8_000.0 * (i + 1) / 36)
+          for i in range(36)]
+    assert ds[-1].replicas >= final
+    growing = [d for d in ds if d.explanation is not None and d.explanation.need.growth > 1.0]
+    assert growing and all(d.explanation is not None and d.explanation.demand.shape == "steady"
+                           for d in growing)
+    golden.check("control", "law.decision.prompt-work-ahead", growing[0].message)
+
+
+def test_a_rising_request_rate_at_a_steady_prompt_plans_no_prompt_growth() -> None:
+    # The request rate's own trend carries a rise in requests; the prompt work per request
+    # stays as measured.
+    loop = settled(2, policy=make_policy(max_replicas=50), rate=5.0, arrivals=5.0)
+    ds = [loop.step(rate=5.0 + 0.5 * i, arrivals=5.0 + 0.5 * i) for i in range(30)]
+    assert any(d.explanation is not None and d.explanation.demand.burst_kind == "trend"
+               for d in ds)
+    assert all(d.explanation is not None and d.explanation.need.growth == 1.0 for d in ds)
+
+
 @pytest.mark.parametrize(("ttft", "grows"), [(700.0, False), (900.0, True), (3_000.0, True)])
 def test_first_tokens_queueing_past_its_margin_asks_for_the_replicas_that_keep_them(
         ttft: float, grows: bool, golden: Any) -> None:
