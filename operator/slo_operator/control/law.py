@@ -314,7 +314,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
 
     arrivals_now = _arrivals(sig, state, now, policy.window_s)[0]
     work = work_load(st, arrivals_now, model)
-    loads, loads_next = _remember(state.loads, now, work, policy)
+    loads = _remember(state.loads, now, work, policy)[0]
     scale_in = scale_in_window(policy, obs.error_budget_left, state, now, arrivals_now, loads)
     demand = estimate_demand(obs, policy, state, now, scale_in.lookback_s, idle)
     # The smoothed shape trails a ramp by (1 - weight) / weight decisions.
@@ -324,6 +324,10 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
                          (1.0 - model.weight) / model.weight * cycle)
     need = estimate_need(obs, policy, state, demand, model, cap, move.limit, err, cur, in_flight,
                          now, ttft_floor, growth)
+    # Prompt-work samples are kept where rate samples are: ``work_growth`` pairs them by
+    # time (after a status without them, their own quarter-window cadence need not align).
+    kept = {t for t, _ in demand.rates}
+    loads_next = tuple((t, w) for t, w in loads if t in kept)
     # Ready (warm) pods without series in this pass (a failing scrape, a target gone
     # from Prometheus): their requests are missing from the load, which reads low.
     unreported = 0 if sig.pods is None else max(

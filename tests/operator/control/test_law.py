@@ -961,6 +961,21 @@ def test_rising_prompt_work_is_planned_for_the_prompts_new_replicas_will_meet(go
     golden.check("control", "law.decision.prompt-work-ahead", growing[0].message)
 
 
+@pytest.mark.parametrize("offset", [0, 1])
+def test_rising_prompt_work_is_planned_after_a_status_that_kept_no_prompt_work(
+        offset: int) -> None:
+    # A status written before prompt work was kept (an operator upgrade) holds rate samples
+    # only. With decisions every 10 s (samples kept every other one), whichever decision
+    # the upgrade lands on, rising prompts are planned ahead once the prompt work's samples
+    # have built up beside the rates'.
+    loop = Loop(replicas=2, policy=make_policy(max_replicas=50), cycle=10.0)
+    loop.run(600 + 10 * offset, rate=10.0, arrivals=10.0, prompt=4_000.0)
+    loop.state = replace(loop.state, loads=())
+    ds = [loop.step(rate=10.0, arrivals=10.0, prompt=4_000.0 + 8_000.0 * (i + 1) / 72)
+          for i in range(72)]
+    assert any(d.explanation is not None and d.explanation.need.growth > 1.0 for d in ds)
+
+
 def test_a_rising_request_rate_at_a_steady_prompt_plans_no_prompt_growth() -> None:
     # The request rate's own trend carries a rise in requests; the prompt work per request
     # stays as measured.
