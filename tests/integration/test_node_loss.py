@@ -222,8 +222,11 @@ def test_a_lost_node_s_replicas_spill_at_once_and_return_to_its_pool_after_pod_g
     st = _await_status(
         cluster, namespace, "mover",
         lambda s: s.get("readyReplicas") == 2
-        and _variants(s) == [("H200-SXM-141GB", 1, 1), ("L40S-48GB", 1, 1)],
-        timeout=30, desc="mover's status shows the new placement")
+        and _variants(s) == [("H200-SXM-141GB", 1, 1), ("L40S-48GB", 1, 1)]
+        # A pass that still saw the replacement unschedulable may write this placement
+        # before the pass that sees it scheduled: await the latter's Ready condition.
+        and conditions({"status": s}).get("Ready", {}).get("reason") == "Available",
+        timeout=30, desc="mover's status shows the new placement, Available")
     ready = conditions({"status": st})["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "Available"), ready
     assert {n: _gpus_bound(cluster, n) for n in (h200_a, h200_b, l40s)} == {
