@@ -565,11 +565,17 @@ def work_growth(loads: tuple[tuple[float, float], ...], rates: tuple[tuple[float
     stored sample (both series are stored together); where it rises (``_shape``), its
     trend (``_trend``'s rule) is carried a cold start and half a window ahead, as the
     rate's is, plus ``lag_s``, how far the smoothed request shape it is read from trails a
-    ramp. 1 where it does not rise; at most ``GROWTH_MAX``."""
+    ramp. 1 where it does not rise; at most ``GROWTH_MAX``. The rise must have lasted the
+    third window back too: read from the smoothed shape, a step in the request mix (a
+    burst of long prompts) reaches this series as a rise of two windows, where the rate's
+    trend sees a step as one."""
     lookback = max(policy.burst_lookback_s, policy.window_s)
     at = {t: r for t, r in rates if now - t <= lookback}
     per = tuple((t, w / at[t]) for t, w in loads if at.get(t, 0.0) > 0)
     if not per or per[-1][0] != now or per[-1][1] <= 0 or _shape(per, now, policy) != "rising":
+        return 1.0
+    w = policy.window_s
+    if _slope([(t, r) for t, r in per if 2 * w <= now - t <= 3 * w]) <= 0:
         return 1.0
     ahead = policy.cold_start_s + policy.window_s / 2 + max(0.0, lag_s)
     return max(1.0, min(GROWTH_MAX, 1.0 + _trend(per, now, policy, ahead) / per[-1][1]))
@@ -761,16 +767,21 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
     request rate (``loads``, :func:`work_load`: longer prompts, fewer prefix-cache hits):
     the need is read from a request shape smoothed over minutes, which trails such a rise,
     and a scale-in that starts then also loses the cached prefixes of the replicas it
-    removes. A policy window of zero stays zero.
+    removes. A request rate that rises while the prompt work arriving falls (each request
+    cheaper faster than the requests multiply: shorter turns, more of each prompt cached)
+    is no rising load: the need reads lower because the work does, and the error budget
+    decides as for any other load. A policy window of zero stays zero.
     """
     full, lookback = policy.scale_down_stabilization_s, policy.burst_lookback_s
     rates = (*((t, r) for t, r in state.rates if now - t <= lookback), (now, arrivals))
     shape = _shape(rates, now, policy)
-    if shape == "rising":
+    work = _shape(tuple((t, r) for t, r in loads if now - t <= lookback), now, policy)
+    if shape == "rising" and work != "falling":
         return ScaleIn(full, lookback, "rising load: none while it rises", rising=True)
-    if _shape(tuple((t, r) for t, r in loads if now - t <= lookback), now, policy) == "rising":
+    if work == "rising":
         return ScaleIn(full, lookback, "rising prompt work (longer or less cached prompts): "
                        "none while it rises", rising=True)
+    kind = "rising requests at falling prompt work" if shape == "rising" else f"{shape} load"
     if budget_left is None or not math.isfinite(budget_left):
         return ScaleIn(full, lookback, "no error budget measured yet: the whole window")
     if shape == "bursty":
@@ -784,7 +795,7 @@ def scale_in_window(policy: ControlPolicy, budget_left: float | None, state: Con
         share = 1.0 - (1.0 - SCALE_IN_FAST) * (budget_left - BUDGET_THIN) \
             / (BUDGET_RICH - BUDGET_THIN)
     return ScaleIn(full * share, lookback * share,
-                   f"{budget_left:.0%} of the error budget left, {shape} load: "
+                   f"{budget_left:.0%} of the error budget left, {kind}: "
                    f"{full * share:.0f} s of the {full:.0f} s window")
 
 

@@ -913,6 +913,38 @@ def test_a_rising_load_is_not_scaled_in_until_it_stops_rising(golden: Any) -> No
     assert R.LOAD_RISING not in {d.reason for d in ds[-10:]}
 
 
+@pytest.mark.parametrize("shrinks", [True, False])
+def test_a_rising_request_rate_whose_prompt_work_falls_is_scaled_in(shrinks: bool,
+                                                                   golden: Any) -> None:
+    # Eight replicas meet a request rate that climbs 20% every four windows from 4 req/s
+    # of 12,000-token prompts. Where the prompts shrink by 40% every four windows (more of
+    # each conversation cached, shorter turns), the prompt work arriving falls while the
+    # requests rise: the need that reads lower is the requests' real cost, and the scale-in
+    # comes within fifteen minutes. With prompts that stay as they are, the climb holds the
+    # eight replicas (LoadRising).
+    loop = Loop(replicas=8, policy=make_policy(max_replicas=50))
+    span = 4 * loop.policy.window_s
+    ds = []
+    for i in range(45):
+        x = i * CYCLE / span
+        a = 4.0 * math.exp(0.2 * x)
+        prompt = 12_000.0 * math.exp(-0.5 * x) if shrinks else 12_000.0
+        ds.append(loop.step(rate=a, arrivals=a, budget=0.95, ttft=300.0, prompt=prompt))
+    assert all(d.explanation is not None and d.explanation.need.replicas < 7 for d in ds)
+    assert any(d.explanation is not None and d.explanation.demand.shape == "rising"
+               for d in ds)
+    if shrinks:
+        assert ds[-1].replicas < 8
+        assert R.LOAD_RISING not in {d.reason for d in ds[15:]}
+        first = next(d for d in ds if d.replicas < 8)
+        e = first.explanation
+        assert e is not None and e.demand.shape == "rising" and not e.scale_in.rising
+        golden.check("control", "law.decision.rising-requests-falling-work", first.message)
+    else:
+        assert {d.replicas for d in ds} == {8}
+        assert R.LOAD_RISING in {d.reason for d in ds}
+
+
 @pytest.mark.parametrize("grows", [True, False])
 def test_prompt_work_rising_at_a_steady_request_rate_is_not_scaled_in(grows: bool,
                                                                 golden: Any) -> None:
@@ -974,6 +1006,20 @@ def test_rising_prompt_work_is_planned_after_a_status_that_kept_no_prompt_work(
     ds = [loop.step(rate=10.0, arrivals=10.0, prompt=4_000.0 + 8_000.0 * (i + 1) / 72)
           for i in range(72)]
     assert any(d.explanation is not None and d.explanation.need.growth > 1.0 for d in ds)
+
+
+def test_prompt_work_is_planned_ahead_only_after_it_has_risen_over_three_windows() -> None:
+    # The prompt work per request is read from the smoothed request shape, so a step in
+    # the request mix (4,000- to 8,000-token prompts within a minute) reaches it as a rise
+    # of a few windows: the growth waits until the third window back has risen too.
+    loop = settled(2, policy=make_policy(max_replicas=50), rate=10.0, arrivals=10.0,
+                   prompt=4_000.0)
+    ds = [loop.step(rate=10.0, arrivals=10.0, prompt=4_000.0 + 4_000.0 * min(1.0, (i + 1) / 3))
+          for i in range(30)]
+    growing = [i for i, d in enumerate(ds)
+               if d.explanation is not None and d.explanation.need.growth > 1.0]
+    assert growing
+    assert growing[0] * CYCLE >= 2 * loop.policy.window_s
 
 
 def test_a_rising_request_rate_at_a_steady_prompt_plans_no_prompt_growth() -> None:
