@@ -120,7 +120,10 @@ class Wake:
 def _time(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond any float (JSON allows any number of digits)
+        return None
     return v if math.isfinite(v) and v >= 0 else None
 
 

@@ -160,9 +160,14 @@ def _opt(x: float | None) -> float | None:
 
 
 def _num(x: Any, lo: float | None = None, hi: float | None = None) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    v = float(x)
+    try:
+        v = float(x)
+    except OverflowError:  # an integer beyond any float
+        return None
+    if not math.isfinite(v):
+        return None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         return None
     return v

@@ -43,6 +43,7 @@ Each move of a running variant's budget is announced by a ``ChunkBudgetChanged``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,9 +122,9 @@ class ChunkMemory:
             mem = cls(tokens, itl, str(data.get("engine", "")), time,
                       float(data.get("stepMs", 0.0)), int(data.get("batch", 1)),
                       bool(data.get("fits", True)), str(data.get("source", "")))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
-        return mem if tokens > 0 and itl > 0 else None
+        return mem if tokens > 0 and itl > 0 and math.isfinite(itl) else None
 
 
 def read_memory(control: Mapping[str, Any] | None) -> dict[str, ChunkMemory]:

@@ -40,6 +40,16 @@ def test_odd_fields_of_a_wake_fall_back_rather_than_fail() -> None:
     assert wake == Wake(requested_at=10.0, held=1, by="x" * 253)
 
 
+@pytest.mark.parametrize("field", ["requestedAt", "servedAt", "waitedSeconds", "timedOutAt"])
+def test_an_integer_beyond_any_float_in_a_wake_is_ignored(field: str) -> None:
+    doc = {"requestedAt": 10, field: 10**400}
+    wake = parse_wake(json.dumps(doc))
+    if field == "requestedAt":
+        assert wake is None
+    else:
+        assert wake is not None and wake.requested_at == 10.0
+
+
 @given(st.dictionaries(st.sampled_from(["requestedAt", "held", "servedAt", "waitedSeconds",
                                         "timedOutAt", "by", "other"]),
                        st.one_of(st.none(), st.booleans(), st.integers(),

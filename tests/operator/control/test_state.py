@@ -121,7 +121,10 @@ def test_histories_are_trimmed_to_their_newest_entries() -> None:
     {"lastGood": {"replicas": -3, "limit": 0.5},
      "recommendations": [[1, 2, 3], ["a", 1], [5, 1.5]]},
     {"speed": float("nan"), "correction": 1e9, "rates": "many", "lastScale": {"direction": 7}},
-], ids=["none", "int", "str", "list", "bad-version", "bad-values", "nan-and-huge"])
+    {"speed": 10**400, "correction": -10**400, "rates": [[10**400, 1.0]],
+     "lastGood": {"replicas": 10**400}},
+], ids=["none", "int", "str", "list", "bad-version", "bad-values", "nan-and-huge",
+        "beyond-any-float"])
 def test_unreadable_state_falls_back_to_defaults(garbage: Any) -> None:
     s = ControlState.from_dict(garbage)
     assert s.speed == 1.0 and s.correction == 1.0

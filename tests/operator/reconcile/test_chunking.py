@@ -138,6 +138,10 @@ def test_memory_round_trips_through_status_beside_the_laws() -> None:
         pytest.param({"tokens": "many", "itlMs": 50, "time": T0}, id="tokens-not-a-number"),
         pytest.param({"tokens": 2048, "time": T0}, id="no-objective"),
         pytest.param({"tokens": 0, "itlMs": 50, "time": T0}, id="no-budget"),
+        pytest.param({"tokens": 2048, "itlMs": 10**400, "time": T0}, id="beyond-any-float"),
+        pytest.param({"tokens": float("inf"), "itlMs": 50, "time": T0}, id="infinite-budget"),
+        pytest.param({"tokens": 2048, "itlMs": float("inf"), "time": T0},
+                     id="infinite-objective"),
     ],
 )
 def test_an_unreadable_kept_budget_is_chosen_afresh(raw: object) -> None:

@@ -36,6 +36,10 @@ def test_policy_attainment_is_the_worst_bound_service() -> None:
     fresh = svc("c", "team-a", "gold")  # no verdict yet: does not count
     assert aggregate_slo([a, b, fresh]) == (0.95, -0.2)
     assert aggregate_slo([fresh]) == (None, None)
+    # A hand-edited status neither counts nor fails the policy's pass.
+    edited = {**svc("d", "team-a", "gold"), "status": {"attainment": 10**400,
+                                                       "errorBudgetRemaining": "0.5"}}
+    assert aggregate_slo([a, edited]) == (0.999, 0.8)
 
 
 def test_a_policy_claiming_a_tenant_not_bound_to_its_namespace_says_so_once() -> None:
