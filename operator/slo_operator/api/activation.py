@@ -18,12 +18,12 @@ the annotation's change to the operator at once: no query, no polling.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slo_operator.api.models import GROUP
+from slo_operator.api.numbers import finite_number
 
 # On the InferenceService: written by the activator, read by the operator.
 ANNOTATION_WAKE = f"{GROUP}/wake"
@@ -118,13 +118,8 @@ class Wake:
 
 
 def _time(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        v = float(value)
-    except OverflowError:  # an integer beyond any float (JSON allows any number of digits)
-        return None
-    return v if math.isfinite(v) and v >= 0 else None
+    v = finite_number(value)
+    return v if v is not None and v >= 0 else None
 
 
 def parse_wake(text: str | None) -> Wake | None:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slo_operator.api.numbers import finite_number
+
 # Bounded history sizes keep status small whatever the cycle period.
 MAX_RECOMMENDATIONS = 128  # runs of equal wishes, not cycles (see law)
 MAX_RATES = 48
@@ -160,13 +162,8 @@ def _opt(x: float | None) -> float | None:
 
 
 def _num(x: Any, lo: float | None = None, hi: float | None = None) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    try:
-        v = float(x)
-    except OverflowError:  # an integer beyond any float
-        return None
-    if not math.isfinite(v):
+    v = finite_number(x)
+    if v is None:
         return None
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         return None

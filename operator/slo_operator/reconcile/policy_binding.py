@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -14,6 +13,7 @@ from slo_operator.api import conditions as C
 from slo_operator.api.conditions import Cond, merge_conditions, transitions
 from slo_operator.api.errors import field_problems, summarize
 from slo_operator.api.models import SLOPolicySpec, SLOPolicyStatus, dump
+from slo_operator.api.numbers import finite_number
 from slo_operator.reconcile.ports import KubeWriter
 from slo_operator.reconcile.tenancy import Tenancy
 
@@ -32,27 +32,15 @@ def bound_to(
     return sorted(out, key=lambda svc: str(svc["metadata"]["name"]))
 
 
-def _finite(value: Any) -> float | None:
-    """A status number as a float; None for anything else (a hand-edited status may hold
-    a string, a boolean or an integer beyond any float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        v = float(value)
-    except OverflowError:
-        return None
-    return v if math.isfinite(v) else None
-
-
 def aggregate_slo(services: Iterable[Mapping[str, Any]]) -> tuple[float | None, float | None]:
     """The policy's attainment and error budget left: the worst bound service's (pure),
     so a policy never looks healthier than any service it governs."""
     att, budget = [], []
     for svc in services:
         st = svc.get("status") or {}
-        if (a := _finite(st.get("attainment"))) is not None:
+        if (a := finite_number(st.get("attainment"))) is not None:
             att.append(a)
-        if (b := _finite(st.get("errorBudgetRemaining"))) is not None:
+        if (b := finite_number(st.get("errorBudgetRemaining"))) is not None:
             budget.append(b)
     return (min(att) if att else None, min(budget) if budget else None)
 
