@@ -53,8 +53,9 @@ from then on it is an ordinary request whose pod-side latency starts at the forw
 
 Chunked-prefill budget: every replica runs with the ``--max-num-batched-tokens`` its pod
 was started with. :meth:`Service.set_budget` changes the Deployment's value: replicas still
-starting take it; every ready replica is replaced by a rolling update (a new cold replica
-each, the old one drains once its replacement is ready).
+starting take it; every ready replica is replaced by a rolling update as the operator
+renders it (a new cold replica each, a quarter of them at a time; the old one drains once
+its replacement is ready, which starts the next).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from slo_operator.api.activation import (
     WAKE_UPDATE_INTERVAL_S,
     Wake,
 )
+from slo_operator.render.objects import rollout_surge
 from slo_runtime import contract
 from slo_runtime.stepmodel import StepModel
 
@@ -499,6 +501,7 @@ class Service:
         self.limit = min(limit or max_num_seqs, max_num_seqs)
         self.budget = max_num_batched_tokens
         self.budget_changes = 0
+        self.rolling: deque[Replica] = deque()  # ready pods a rolling update has yet to replace
         self.routing = routing
         self.prefix_routing = prefix_routing
         self.holder: dict[int, Replica] = {}  # conversation -> replica that cached it last
@@ -639,27 +642,38 @@ class Service:
             rep.budget = self.budget
 
     def set_budget(self, budget: int, now: float) -> None:
-        """Change ``--max-num-batched-tokens``: a rolling update. Replicas still starting
-        take the new value; each ready one gets a cold successor with it and drains once
-        that successor is ready (the Deployment's surge)."""
+        """Change ``--max-num-batched-tokens``: a rolling update as the operator renders it
+        (``render.objects.rollout_surge``: a quarter of the replicas at once, none
+        unavailable). Replicas still starting take the new value; ready ones get a cold
+        successor with it, that many at a time, and each drains once its successor is
+        ready, which starts the next."""
         budget = max(1, int(budget))
         if budget == self.budget:
             return
         self.budget = budget
         self.budget_changes += 1
-        for rep in list(self.replicas):
-            if rep.outgoing or rep.phase in (Phase.DRAINING, Phase.GONE):
-                continue
-            if rep.phase is Phase.STARTING:
+        for rep in self.replicas:
+            if rep.phase is Phase.STARTING and not rep.outgoing:
                 rep.budget = budget
-                continue
-            if rep.budget == budget:
-                continue
+        self.rolling = deque(rep for rep in self.replicas
+                             if rep.phase is Phase.READY and not rep.outgoing
+                             and rep.budget != budget)
+        in_flight = sum(1 for rep in self.replicas if rep.replaces is not None)
+        for _ in range(max(0, rollout_surge(len(self.active())) - in_flight)):
+            self._roll_next(now)
+
+    def _roll_next(self, now: float) -> None:
+        """Start the cold successor of the next ready pod still on an old budget."""
+        while self.rolling:
+            rep = self.rolling.popleft()
+            if rep.phase is not Phase.READY or rep.outgoing or rep.budget == self.budget:
+                continue  # drained by a scale-in meanwhile, or already replaced
             rep.outgoing = True
             new = Replica(self, next(self._ids), now, rep.pool, rep.model)
             new.replaces = rep
             self.replicas.append(new)
             self.sim.push(new.ready_at, self._ready_event, new)
+            return
 
     def _ready_event(self, now: float, rep: Replica) -> None:
         self._ready(now, rep)
@@ -673,6 +687,7 @@ class Service:
             rep.replaces = None
             if old.phase is Phase.READY:
                 self._drain(old, now)
+            self._roll_next(now)
         if self.held:
             self._forward_held(now)
         if self.routing == "central":
@@ -694,6 +709,7 @@ class Service:
             rep.replaces = None
             if old.phase is Phase.READY:
                 self._drain(old, now)
+            self._roll_next(now)
         rep.phase = Phase.GONE
         rep.gone_at = now
         rep.version += 1

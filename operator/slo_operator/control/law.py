@@ -296,7 +296,11 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # nothing about end-to-end latency: the measurement is then the only guide, and a
     # scale-in waits until it shows the planning margin (LatencyHeadroom).
     e2e_near = not cap.feasible and e2e_ratio is not None and e2e_ratio > LATENCY_MARGIN
-    in_flight = obs.replicas.starting + obs.replicas.pending > 0 or cur > obs.replicas.ready
+    # Capacity is arriving where fewer pods are Ready than asked for, or some wait for a
+    # GPU. Pods starting beside as many Ready ones as asked for replace them (a rolling
+    # update's surge successors): they add nothing, and the feedback held while capacity
+    # arrives would otherwise be blind for the whole roll.
+    in_flight = obs.replicas.pending > 0 or cur > obs.replicas.ready
 
     # The batch limit first: the replicas are sized at the batch they will really run.
     # The limit guards the per-step objective (inter-token latency) only: the e2e budget
@@ -350,7 +354,9 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
     # for reach its series only after the activator forwards them.
     quiet = idle and not in_flight and not _woke_lately(obs, policy, now)
     idle_since = (state.idle_since if state.idle_since is not None else now) if quiet else None
-    if to_zero(policy, idle_since, now, miss, in_flight):
+    # Any pod still starting holds the service up (a scale-out asked for load the window
+    # has not shown yet, or a roll's successor).
+    if to_zero(policy, idle_since, now, miss, in_flight or obs.replicas.starting > 0):
         return _go_to_zero(obs, policy, state, now, idle_since or now, move.limit)
     explanation = Explanation(model=model, demand=demand, need=need, scale_in=scale_in,
                               replicas_from=cur, replicas_to=target,
@@ -553,9 +559,11 @@ def work_load(st: StepTimes, arrivals: float, model: Model) -> float:
     prefill time of the mean prompt less the share its prefix cache spares (with the
     attention over its earlier tokens), so longer prompts or fewer cache hits raise it at a
     steady request rate. At the seed's speed: a learnt speed settling is no work arriving
-    (every step time scales by it)."""
-    return max(0.0, arrivals) * st.prefill_request_ms(model.prompt, model.cached) \
+    (every step time scales by it). At most ``MAX_NEED`` replicas' worth: an absurd rate
+    (1e307 requests a second) stays a finite number in status."""
+    work = max(0.0, arrivals) * st.prefill_request_ms(model.prompt, model.cached) \
         * model.speed / 1000.0
+    return min(work, MAX_NEED) if not math.isnan(work) else 0.0
 
 
 def work_growth(loads: tuple[tuple[float, float], ...], rates: tuple[tuple[float, float], ...],

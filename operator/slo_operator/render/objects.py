@@ -226,6 +226,21 @@ def engine_hash(inp: RenderInput) -> str:
 RUN_AS_USER = 1000
 HOME_DIR = "/home/vllm"
 
+# A rolling update of a model server (an engine argument changed: the ITL lever's chunk
+# budget, the precision, the batch ceiling in ``mode: restart``) starts up to this share of
+# the replicas as cold successors at once, none taken away before its successor is Ready.
+# Each old pod overlaps its successor's cold start whatever the share, so the GPU-seconds
+# are those of one replica at a time; a quarter ends a 12-replica roll in 4 cold starts
+# instead of 12, while the old budget keeps missing. Surge pods that find no free GPU wait
+# Pending and the roll goes on as old pods retire (never slower than one at a time).
+ROLLOUT_SURGE_PERCENT = 25
+
+
+def rollout_surge(replicas: int) -> int:
+    """Successors a rolling update of ``replicas`` starts at once: ``maxSurge`` as the
+    Deployment controller reads the percentage (rounded up, at least one)."""
+    return max(1, -(-max(0, replicas) * ROLLOUT_SURGE_PERCENT // 100))
+
 
 def _pod_security() -> dict[str, Any]:
     return {
@@ -411,10 +426,12 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
         "spec": {
             "replicas": inp.replicas,
             "selector": {"matchLabels": variant_selector(inp)},
-            # Surge one replica so a restart never drops capacity below the SLO's needs.
+            # Surge, never unavailable: a restart never drops capacity below the SLO's
+            # needs (ROLLOUT_SURGE_PERCENT says why a quarter at once).
             "strategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                "rollingUpdate": {"maxSurge": f"{ROLLOUT_SURGE_PERCENT}%",
+                                  "maxUnavailable": 0},
             },
             "template": {
                 "metadata": {

@@ -212,17 +212,22 @@ def test_prefix_routing_sends_a_later_turn_to_the_replica_holding_its_prefix() -
     assert _busy_holder(False).prefix_hits == 0
 
 
-def test_budget_change_is_a_rolling_update() -> None:
+def test_budget_change_is_a_rolling_update_of_a_quarter_of_the_replicas_at_a_time() -> None:
     sim = Simulation()
-    svc = Service(sim, "t", MODEL, replicas=2, max_num_batched_tokens=8192)
+    svc = Service(sim, "t", MODEL, replicas=8, max_num_batched_tokens=8192)
     svc.set_budget(1024, 0.0)
-    assert len(svc.active()) == 2 and len(svc.replicas) == 4  # two successors starting
+    assert len(svc.active()) == 8 and len(svc.replicas) == 10  # two successors starting
     assert all(r.budget == 8192 for r in svc.ready())  # the old pods serve meanwhile
-    sim.run([], lambda r: svc, until=100.0)
-    assert [r.budget for r in svc.replicas] == [1024, 1024]
+    until = 5 * MODEL.cold_start_s
+    sim.run([], lambda r: svc, until=until)
+    assert [r.budget for r in svc.replicas] == [1024] * 8
     assert all(r.phase is Phase.READY for r in svc.replicas)
-    # Old pods ran until their successors were ready (idle: retired at once).
-    assert svc.gpu_seconds(100.0) == pytest.approx(2 * 100.0 + 2 * MODEL.cold_start_s)
+    # Each successor started as one before it was ready: four waves of two.
+    assert sorted(r.created for r in svc.replicas) == pytest.approx(
+        [k * MODEL.cold_start_s for k in (0, 0, 1, 1, 2, 2, 3, 3)])
+    # Old pods ran until their successors were ready (idle: retired at once): one cold
+    # start of overlap each, as one at a time would cost.
+    assert svc.gpu_seconds(until) == pytest.approx(8 * until + 8 * MODEL.cold_start_s)
     assert svc.budget_changes == 1
 
 

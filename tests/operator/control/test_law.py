@@ -60,6 +60,7 @@ from tests.operator.control.control_support import (
     T0,
     Loop,
     decode_time,
+    make_obs,
     make_policy,
     make_signals,
     make_state,
@@ -402,6 +403,20 @@ def test_the_correction_waits_while_asked_for_replicas_start() -> None:
         first.explanation.need.correction}
     assert {(d.replicas, d.reason) for d in ds} == {(first.replicas, R.WAITING_FOR_REPLICAS)}
     assert loop.step(rate=40.0).reason != R.WAITING_FOR_REPLICAS  # all Ready: done waiting
+
+
+def test_a_rolling_updates_surge_successors_are_no_capacity_arriving() -> None:
+    # Every replica asked for is Ready and a successor starts beside one (an engine-argument
+    # roll): it replaces a Ready pod, it adds nothing, so an end-to-end miss teaches the
+    # correction as it does without a roll.
+    def missed(starting: int) -> Decision:
+        loop = settled(2, rate=10.0)
+        return loop.step(rate=10.0, e2e=30_000.0, starting=starting)
+
+    calm, rolling = missed(0), missed(1)
+    assert rolling.reason == calm.reason != R.WAITING_FOR_REPLICAS
+    assert rolling.explanation is not None and calm.explanation is not None
+    assert rolling.explanation.need.correction == calm.explanation.need.correction > 1.0
 
 
 @pytest.mark.parametrize(("ttft", "ttft_target", "waited"), [
@@ -1228,6 +1243,16 @@ def test_a_run_of_absurd_observations_stays_inside_the_bounds(
         d = decide(obs, pol, state, now)
         check_bounds(d, obs, pol)
         state = d.state
+
+
+def test_an_arrival_rate_near_the_largest_float_keeps_the_state_finite() -> None:
+    # Found by the property test above: the prompt work arriving (rate x prefill time) of
+    # 1.5e307 requests a second overflowed to infinity in status.
+    pol = make_policy(min_replicas=0, max_replicas=1)
+    first = decide(make_obs(desired=0, rate=None), pol, ControlState(), T0)
+    d = decide(make_obs(desired=0, rate=0.0, arrivals=1.484202787617627e307), pol,
+               first.state, T0)
+    check_bounds(d, make_obs(desired=0), pol)
 
 
 # --- closed loop around a toy plant -------------------------------------------------------------

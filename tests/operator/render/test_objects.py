@@ -39,6 +39,7 @@ from slo_operator.render.objects import (
     instance_name,
     live_limit_patch,
     owner_reference,
+    rollout_surge,
     selector_labels,
     service_name,
     variant_name,
@@ -196,7 +197,7 @@ def test_deployment_object() -> None:
     assert spec["selector"] == {"matchLabels": {**SELECTOR,
                                                 "inference.slo-operator.io/variant": "mi300x"}}
     assert spec["strategy"] == {"type": "RollingUpdate",
-                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+                                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}}
     assert spec["template"]["metadata"] == {
         "labels": pod_labels,
         "annotations": {
@@ -573,3 +574,9 @@ def test_probes_and_launcher_listen_where_the_gateway_forwards() -> None:
     assert f"http://127.0.0.1:{cfg['port']}" in gateway["command"]
     assert str(c.GATEWAY_PORT) in gateway["command"]
     assert vllm["readinessProbe"]["httpGet"]["port"] == c.GATEWAY_PORT
+
+
+@pytest.mark.parametrize(("replicas", "surge"), [(0, 1), (1, 1), (4, 1), (5, 2), (12, 3), (13, 4)])
+def test_a_rollout_surges_a_quarter_of_the_replicas_rounded_up(replicas: int, surge: int) -> None:
+    # As the Deployment controller reads the rendered maxSurge percentage (rounded up).
+    assert rollout_surge(replicas) == surge
