@@ -232,7 +232,8 @@ HOME_DIR = "/home/vllm"
 # Each old pod overlaps its successor's cold start whatever the share, so the GPU-seconds
 # are those of one replica at a time; a quarter ends a 12-replica roll in 4 cold starts
 # instead of 12, while the old budget keeps missing. Surge pods that find no free GPU wait
-# Pending and the roll goes on as old pods retire (never slower than one at a time).
+# Pending; each old pod that retires frees a GPU for the next, so a roll with one free GPU
+# goes one at a time, and one with none waits, as with a surge of one.
 ROLLOUT_SURGE_PERCENT = 25
 
 
