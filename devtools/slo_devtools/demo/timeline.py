@@ -28,7 +28,7 @@ class Targets:
     e2e_percentile: float
     ttft_ms: float
     ttft_percentile: float
-    jitter: float
+    jitter: float | None  # when the policy sets a jitter objective
     itl_ms: float | None = None  # inter-token latency, when the policy sets one
 
     @classmethod

@@ -126,13 +126,14 @@ class Objectives(_Model):
         description="Percentile of time to first token the target applies to, a fraction in "
         "(0,1); default 0.95."
     )
-    throughput_cv_max: Annotated[float, Field(gt=0, le=10)] = Field(
-        default=0.15,
+    throughput_cv_max: Annotated[float, Field(gt=0, le=10)] | None = Field(
+        default=None,
         alias="throughputCVMax",
         description=(
-            "Largest allowed service instability: coefficient of variation of per-request "
-            "decode rate within a window (not the CV of demand, which scaling cannot fix); "
-            "a ratio, default 0.15."
+            "Optional largest allowed service instability: coefficient of variation of "
+            "per-request decode rate within a window (not the CV of demand, which scaling "
+            "cannot fix); a ratio. Unset: jitter is measured and reported "
+            "(status.observed.throughputCV) but judges no window."
         ),
     )
     inter_token_latency_ms: Annotated[int, Field(gt=0, le=600_000)] | None = Field(
@@ -306,7 +307,7 @@ class SLOPolicySpec(_Model):
     objectives: Objectives = Field(
         default_factory=Objectives,
         description="Latency and jitter targets; defaults: e2e P99 800 ms, TTFT P95 300 ms, "
-        "jitter CV 0.15.",
+        "no jitter objective.",
     )
     window: str = Field(
         default=DEFAULT_WINDOW, pattern=BOUNDED_DURATION_PATTERN, max_length=DURATION_MAX_LENGTH,

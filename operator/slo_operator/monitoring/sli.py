@@ -160,8 +160,9 @@ def objectives(spec: SLOPolicySpec) -> list[Objective]:
     out = [
         Objective("e2e", E2E, o.e2e_latency_ms / 1000),
         Objective("ttft", TTFT, o.ttft_ms / 1000),
-        Objective("jitter", JITTER, o.throughput_cv_max),
     ]
+    if o.throughput_cv_max is not None:
+        out.append(Objective("jitter", JITTER, o.throughput_cv_max))
     if o.inter_token_latency_ms is not None:
         out.append(Objective("itl", ITL, o.inter_token_latency_ms / 1000))
     return out

@@ -1,11 +1,12 @@
 """SLO evaluation: good/bad/unknown windows, rolling attainment, error budget, burn rate.
 
 A window is **good** when every objective with data holds: e2e latency at its percentile
-<= target, TTFT at its percentile <= target, jitter <= ``throughputCVMax``, and inter-token
-latency <= target when one is set. It is **bad** when any of them is over target, or when
-requests wait while none finishes (a stuck service has no latency samples but is not
-fine). It is **unknown** when the data to judge is missing (outage, stale, empty, partial
-latency) and when the service was idle: unknown windows neither earn nor spend budget.
+<= target, TTFT at its percentile <= target, and, where the policy sets them, jitter <=
+``throughputCVMax`` and inter-token latency <= target. It is **bad** when any of them is
+over target, or when requests wait while none finishes (a stuck service has no latency
+samples but is not fine). It is **unknown** when the data to judge is missing (outage,
+stale, empty, partial latency) and when the service was idle: unknown windows neither earn
+nor spend budget.
 
 History is one character per window (``g``, ``b``, ``u``), oldest first, for the last
 ``attainmentPeriod``; it is stored run-length encoded (``g58b2u1``) in status, so a
@@ -57,8 +58,9 @@ def evaluate_window(signals: Signals, objectives: Objectives) -> Verdict:
     checks: list[tuple[str, float | None, float, str]] = [
         ("e2e", s.e2e_ms, float(objectives.e2e_latency_ms), "ms"),
         ("ttft", s.ttft_ms, float(objectives.ttft_ms), "ms"),
-        ("jitter", s.jitter, objectives.throughput_cv_max, ""),
     ]
+    if objectives.throughput_cv_max is not None:
+        checks.append(("jitter", s.jitter, objectives.throughput_cv_max, ""))
     if objectives.inter_token_latency_ms is not None:
         checks.append(("itl", s.itl_ms, float(objectives.inter_token_latency_ms), "ms"))
     missing = [n for n, v, _, _ in checks if v is None and n != "jitter"]

@@ -317,7 +317,7 @@ def test_policy_defaults_match_design() -> None:
     spec = dump(SLOPolicySpec())
     assert spec["objectives"]["e2eLatencyMs"] == 800
     assert spec["objectives"]["ttftMs"] == 300
-    assert spec["objectives"]["throughputCVMax"] == 0.15
+    assert "throughputCVMax" not in spec["objectives"]  # jitter judges only where set
     assert spec["window"] == "60s"
     assert spec["batching"]["mode"] == "live"
     assert spec["scaling"] == {

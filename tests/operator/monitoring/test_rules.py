@@ -119,6 +119,21 @@ def test_status_bound_services_are_selected() -> None:
     assert 'service=~"a\\\\.x|b"' in groups[0]["rules"][0]["expr"]
 
 
+def test_jitter_is_recorded_but_judges_windows_only_where_the_policy_sets_it() -> None:
+    docs = [{"kind": "SLOPolicy", "metadata": {"name": "p", "namespace": "n"}}]
+    ((ref, _),) = rules.policies_from_documents(docs)
+
+    def judged(spec: SLOPolicySpec) -> set[str]:
+        (group,) = rules.rule_groups(ref, spec)
+        assert any(r.get("record") == signals.JITTER for r in group["rules"])
+        return {r["labels"]["objective"] for r in group["rules"]
+                if r.get("record") == f"{rules.RECORD_PREFIX}:objective_violated"}
+
+    assert judged(SLOPolicySpec()) == {"e2e", "ttft"}
+    bounded = SLOPolicySpec.model_validate({"objectives": {"throughputCVMax": 0.5}})
+    assert judged(bounded) == {"e2e", "ttft", "jitter"}
+
+
 def test_long_policy_and_service_names_match_the_pods_label_values() -> None:
     policy, service = "p" * 100, "s" * 100
     docs = [{"kind": "SLOPolicy", "metadata": {"name": policy, "namespace": "n"},
