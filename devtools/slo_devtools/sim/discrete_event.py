@@ -682,12 +682,7 @@ class Service:
         if rep.phase is not Phase.STARTING:
             return
         rep.phase = Phase.READY
-        old = rep.replaces
-        if old is not None:
-            rep.replaces = None
-            if old.phase is Phase.READY:
-                self._drain(old, now)
-            self._roll_next(now)
+        self._end_succession(rep, now)
         if self.held:
             self._forward_held(now)
         if self.routing == "central":
@@ -701,15 +696,20 @@ class Service:
             if not r.busy:
                 r.plan(now)
 
-    def retire(self, rep: Replica, now: float) -> None:
+    def _end_succession(self, rep: Replica, now: float) -> None:
+        """A rolling update's successor is Ready, or cancelled before it was (the
+        Deployment scaled down during the rollout): either way its predecessor drains and
+        the roll starts its next successor."""
         old = rep.replaces
-        if old is not None:
-            # A successor cancelled before it was ready: its predecessor goes with it
-            # (the Deployment scaled down during the rollout).
-            rep.replaces = None
-            if old.phase is Phase.READY:
-                self._drain(old, now)
-            self._roll_next(now)
+        if old is None:
+            return
+        rep.replaces = None
+        if old.phase is Phase.READY:
+            self._drain(old, now)
+        self._roll_next(now)
+
+    def retire(self, rep: Replica, now: float) -> None:
+        self._end_succession(rep, now)
         rep.phase = Phase.GONE
         rep.gone_at = now
         rep.version += 1
