@@ -24,7 +24,12 @@ from slo_operator.control.law import decide
 from slo_operator.control.policy import policy_for
 from slo_operator.control.state import ControlState
 from slo_operator.engine.batching import BATCHED_TOKENS_LARGE_GPU
-from slo_operator.reconcile.chunking import ChunkMemory, engine_basis, itl_missed
+from slo_operator.reconcile.chunking import (
+    ChunkMemory,
+    engine_basis,
+    itl_missed,
+    jitter_missed,
+)
 from slo_operator.reconcile.chunking import choose as chunk_choose
 from slo_operator.reconcile.chunking import decode_batch as chunk_decode_batch
 from slo_operator.reconcile.chunking import request_shape as chunk_shape
@@ -804,26 +809,33 @@ class SloOperator:
     reasons: list[tuple[float, str, str]] = field(default_factory=list)
     history: SLOHistory | None = None  # the windows judged so far, as the operator keeps them
     chunk: ChunkMemory | None = None  # the chunked-prefill budget kept, as status keeps it
+    # The jitter lever (reconcile.chunking) on; off: the budget answers the inter-token
+    # objective alone, as before the lever (bench/jitter_lever.py runs both).
+    jitter_lever: bool = True
 
     def _chunk(self, ctx: Context, now: float | None) -> ChunkMemory | None:
         """The operator's ITL lever (``reconcile.chunking``) for this service's replicas."""
         o = self.spec.objectives
-        if o.inter_token_latency_ms is None:
+        itl, cv = o.inter_token_latency_ms, o.throughput_cv_max
+        if itl is None and cv is None:
             return None
         st, source = chunk_step_times(self.model_size_b, ctx.precision, ctx.hardware, 1,
                                       self.state)
         seqs = ctx.svc.max_num_seqs
         batch = chunk_decode_batch(st, o, self.state, self.spec.batching.min_batch, seqs)
-        return chunk_choose(st=st, source=source, itl_ms=float(o.inter_token_latency_ms),
+        return chunk_choose(st=st, source=source, itl_ms=None if itl is None else float(itl),
                             batch=batch, default=BATCHED_TOKENS_LARGE_GPU, floor=seqs,
                             engine=engine_basis(ctx.precision, 1, seqs), held=self.chunk,
                             now=now, shape=chunk_shape(self.state),
-                            missed=itl_missed(self.state))
+                            missed=itl_missed(self.state),
+                            cv_max=None if cv is None else float(cv),
+                            jitter_over=jitter_missed(self.state) if self.jitter_lever
+                            else None)
 
     def initial_chunk_budget(self, ctx: Context) -> int | None:
         """The budget the operator renders the Deployment with (seed step times)."""
         self.chunk = self._chunk(ctx, None)
-        return None if self.chunk is None else self.chunk.tokens
+        return None if self.chunk is None else self.chunk.running
 
     def act(self, ctx: Context, now: float) -> Action:
         o = self.spec.objectives
@@ -848,11 +860,10 @@ class SloOperator:
         if dec.replicas != ctx.svc.desired or dec.limit_reason:
             self.reasons.append((now, dec.reason, dec.message))
         budget = None
-        if self.chunk is not None:
-            kept = self._chunk(ctx, now)
-            if kept is not None and kept.tokens != self.chunk.tokens:
-                budget = kept.tokens
-                self.reasons.append((now, "ChunkBudgetChanged",
-                                     f"{self.chunk.tokens} -> {kept.tokens} tokens"))
-            self.chunk = kept
+        kept = self._chunk(ctx, now)
+        was = self.chunk.running if self.chunk is not None else BATCHED_TOKENS_LARGE_GPU
+        if kept is not None and kept.running != was:
+            budget = kept.running
+            self.reasons.append((now, "ChunkBudgetChanged", f"{was} -> {budget} tokens"))
+        self.chunk = kept
         return Action(dec.replicas, dec.batch_limit, dec.reason, chunk_budget=budget)

@@ -393,6 +393,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         last_time=now,
         short_time=now if _short(obs, in_flight) and _queued(ratios) else state.short_time,
         itl_over=_itl_over(sig, policy),
+        jitter_over=_jitter_over(sig, policy, lam * policy.window_s),
         idle_since=idle_since,
     )
     return Decision(
@@ -1277,6 +1278,15 @@ def _itl_over(sig: Signals, policy: ControlPolicy) -> float | None:
     if sig.itl_ms is None or not policy.itl_target_ms or policy.itl_target_ms <= 0:
         return None
     over = sig.itl_ms / policy.itl_target_ms
+    return over if math.isfinite(over) and over >= 0 else None
+
+
+def _jitter_over(sig: Signals, policy: ControlPolicy, requests: float) -> float | None:
+    """The measured jitter over its bound; None without either, or from a window of fewer
+    than ``SPEED_MIN_REQUESTS`` requests (a spread of a few streams says little)."""
+    if sig.jitter is None or not policy.jitter_max or requests < SPEED_MIN_REQUESTS:
+        return None
+    over = sig.jitter / policy.jitter_max
     return over if math.isfinite(over) and over >= 0 else None
 
 

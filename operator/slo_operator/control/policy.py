@@ -13,8 +13,8 @@ class ControlPolicy:
     """Everything the control law reads from the user's objects (plain values; their
     defaults are the CRD's, applied when the SLOPolicy is read), plus tuning constants."""
 
-    # Objectives (milliseconds). Jitter is judged by the SLO evaluation (slo.evaluate), not
-    # controlled; priority and tenancy are the fleet step's (control.arbitrate).
+    # Objectives (milliseconds). Priority and tenancy are the fleet step's
+    # (control.arbitrate).
     e2e_target_ms: float
     ttft_target_ms: float
     itl_target_ms: float | None
@@ -42,6 +42,10 @@ class ControlPolicy:
     # The highest percentile the objectives are read at (pooled routing sizes the in-flight
     # count's headroom to it: capacity.pooled_replicas).
     quantile: float = 0.99
+    # The jitter bound (throughputCVMax; None: not an objective). No replica count fixes
+    # jitter: the law only records how far over it the last window was (ControlState's
+    # jitter_over), which the chunked-prefill lever reads (reconcile.chunking).
+    jitter_max: float | None = None
     # Tuning (not in the CRD; documented in docs/slo-loop.md).
     tolerance: float = 0.1  # dead band on the replica need, both directions
     burst_k: float = 1.0  # headroom in standard deviations of the recent request rate
@@ -116,4 +120,5 @@ def policy_for(
         idle_before_zero_s=idle_before_zero_s(spec),
         quantile=max(o.e2e_percentile, o.ttft_percentile,
                      o.inter_token_percentile if o.inter_token_latency_ms is not None else 0.0),
+        jitter_max=None if o.throughput_cv_max is None else float(o.throughput_cv_max),
     )

@@ -58,6 +58,10 @@ class ControlState:
     # Measured inter-token percentile over the objective at the last valid decision (None:
     # no objective or no samples): above 1 the ITL lever may move before its rate limit.
     itl_over: float | None = None
+    # Measured jitter over throughputCVMax at the last valid decision (None: no bound, or
+    # too few requests in the window to read a spread): above 1 the chunked-prefill budget
+    # may come down (reconcile.chunking, the jitter lever).
+    jitter_over: float | None = None
     # Scale to zero: since when the service has been idle (no request over the window),
     # since when it is at zero, and the wake (its requestedAt) last acted on or already
     # there when it went to zero.
@@ -97,6 +101,7 @@ class ControlState:
             "lastTime": _opt(self.last_time),
             "shortTime": _opt(self.short_time),
             "itlOver": _opt(self.itl_over),
+            "jitterOver": _opt(self.jitter_over),
             "idleSince": _opt(self.idle_since),
             "zeroSince": _opt(self.zero_since),
             "wakeSeen": _opt(self.wake_seen),
@@ -138,6 +143,7 @@ class ControlState:
             last_time=_num(data.get("lastTime")),
             short_time=_num(data.get("shortTime")),
             itl_over=_num(data.get("itlOver"), lo=0.0),
+            jitter_over=_num(data.get("jitterOver"), lo=0.0),
             idle_since=_num(data.get("idleSince")),
             zero_since=_num(data.get("zeroSince")),
             wake_seen=_num(data.get("wakeSeen")),

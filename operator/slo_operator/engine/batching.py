@@ -113,13 +113,23 @@ def choose_batching(
 
 
 def chunk_notes(chunk: ChunkBudget, tokens: int, default: int) -> list[Note]:
-    """Why the budget is ``tokens`` for the inter-token objective, and, when even the
-    smallest budget misses it, that the objective is out of reach of this lever."""
-    itl = f"interTokenLatencyMs {chunk.itl_target_ms:g} ms"
+    """Why the budget is ``tokens``: for the inter-token objective (and, when even the
+    smallest budget misses it, that the objective is out of reach of this lever), or for
+    the jitter bound where measured jitter lowered it below that."""
     # vLLM counts a decoding sequence's token against the budget too.
     b = chunk.decode_batch
     step = (f"a step filled to the budget ({b} decoding sequences and {max(0, tokens - b)} "
             f"prompt tokens) takes about {chunk.step_ms:.1f} ms ({chunk.basis})")
+    if chunk.jitter_max is not None and chunk.jitter_measured is not None:
+        return [Note(F_MNBT, "ChunkedPrefillBudget",
+                     f"{tokens} tokens per step, below vLLM's default {default} for this GPU "
+                     f"class, for throughputCVMax {chunk.jitter_max:g}: jitter measured "
+                     f"{chunk.jitter_measured:.2f} with a larger budget; {step}")]
+    if chunk.itl_target_ms is None:
+        return [Note(F_MNBT, "ChunkedPrefillBudget",
+                     f"{tokens} tokens per step: vLLM's API-server default for this GPU "
+                     "class (no inter-token objective, jitter within throughputCVMax)")]
+    itl = f"interTokenLatencyMs {chunk.itl_target_ms:g} ms"
     if not chunk.fits:
         return [
             Note(F_MNBT, "ChunkedPrefillBudget",

@@ -83,19 +83,25 @@ class GpuSharing:
 @dataclass(frozen=True)
 class ChunkBudget:
     """A chunked-prefill budget (``--max-num-batched-tokens``) chosen by the caller for an
-    inter-token objective, and what it was chosen from (the planner only reports them).
+    inter-token objective or a jitter bound, and what it was chosen from (the planner only
+    reports them).
 
     ``step_ms`` is the estimated longest step with this budget: a full prompt chunk while
     ``decode_batch`` sequences decode; ``fits`` is False when even the smallest budget
-    considered misses the objective; ``basis`` says where the step times came from.
+    considered misses the inter-token objective (``itl_target_ms``; None: none set);
+    ``basis`` says where the step times came from. ``jitter_max``, ``jitter_measured``:
+    where the budget is below the inter-token one (or vLLM's default) for the jitter bound,
+    the bound and the jitter measured over it that lowered it.
     """
 
     tokens: int
-    itl_target_ms: float
+    itl_target_ms: float | None
     step_ms: float
     decode_batch: int
     fits: bool = True
     basis: str = "seed step times"
+    jitter_max: float | None = None
+    jitter_measured: float | None = None
 
 
 @dataclass(frozen=True)

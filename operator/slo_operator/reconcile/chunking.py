@@ -1,4 +1,4 @@
-"""The inter-token lever: ``--max-num-batched-tokens`` from the policy's ITL objective (pure).
+"""The inter-token and jitter levers: ``--max-num-batched-tokens`` from the policy (pure).
 
 Every engine step that carries a full prefill chunk delays each decoding sequence by the
 whole chunk, so a tight ``objectives.interTokenLatencyMs`` cannot be met by any in-flight
@@ -37,6 +37,24 @@ with the objective and the engine settings it was chosen for and when) and moved
   contexts), and waiting out the rate limit would spend the error budget. A service that
   meets its objective is never rolled by this rule.
 
+**The jitter lever.** Where the policy sets ``objectives.throughputCVMax``, jitter (the
+spread of per-request time per output token, ``slo.histogram``) is mostly the prefill chunks
+a stream meets while it decodes: a step carrying a chunk of ``C`` prompt tokens is longer
+than a decode step by a time ``d`` about proportional to ``C``, and a request meets a
+share ``p`` of such steps. With the prefill work fixed, ``p x d`` is the replica's share of
+time spent on prefill and does not move with ``C``; the number of chunk steps in a stream of
+``m`` steps is binomial, so its time per token spreads by ``d sqrt(p / m)``: the spread
+falls as ``sqrt(d)``, the square root of the budget. No replica count changes it. So when
+the law last read the jitter over its bound (``jitterOver`` in its state, from a window of
+20 requests or more), the budget the replicas run comes down to
+``C x (JITTER_MARGIN / over)^2`` on the grid (at least ``max(MIN_CHUNK, --max-num-seqs)``),
+and only by a grid step or more: at once for a variant whose budget was never moved, else
+:data:`MISS_INTERVAL_S` after its last move. The lowered budget is kept as a cap beside the
+inter-token one (``jitterCap``; the replicas run the lower) until the bound changes; it is
+never raised for jitter (the answers' lengths that made a stream meet few steps may come
+back). A policy whose jitter stays within its bound is never rolled by this rule, and one
+without the bound renders vLLM's default as before.
+
 Each move of a running variant's budget is announced by a ``ChunkBudgetChanged`` Event
 (:func:`chunk_events`); the planned budget and why are in ``status.engineNotes``.
 """
@@ -45,7 +63,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slo_operator.api.conditions import CHUNK_BUDGET_CHANGED
@@ -54,6 +72,8 @@ from slo_operator.control.capacity import (
     CHUNK_GRID,
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PROMPT_TOKENS,
+    LATENCY_MARGIN,
+    MIN_CHUNK,
     StepTimes,
     chunk_budget_for_itl,
     chunk_step_ms,
@@ -83,33 +103,56 @@ RAISE_SLACK = 0.1
 # the first ten minutes of long prompts: the benchmark's long-context workload missed its
 # inter-token objective at minutes 10-13 on four of its five fleets.
 MISS_INTERVAL_S = 180.0
+# The jitter lever lowers a budget to bring the jitter measured back to this share of
+# its bound, the planning margin of every other objective (capacity.LATENCY_MARGIN).
+JITTER_MARGIN = LATENCY_MARGIN
 # Where the kept budgets live in status.control, beside the law's "state" and "slo".
 MEMORY_KEY = "chunkBudget"
-# Event reason for a moved budget (Normal).
 
 
 @dataclass(frozen=True)
 class ChunkMemory:
-    """A variant's chosen budget and what it was chosen from, as kept in status."""
+    """A variant's chosen budget and what it was chosen from, as kept in status.
+
+    ``tokens`` is the budget planned for the inter-token objective (vLLM's default for the
+    GPU class where there is none); ``cap``, where measured jitter lowered it, the jitter
+    lever's budget for the bound ``cv_max``, set when the jitter measured was ``cap_over``
+    times the bound. The replicas run :attr:`running`, the lower of the two."""
 
     tokens: int
-    itl_ms: float  # the objective it was chosen for
+    itl_ms: float | None  # the inter-token objective it was chosen for (None: none)
     engine: str  # precision, tensor parallelism and --max-num-seqs it was planned with
-    time: float  # when it was chosen (seconds since the epoch)
+    time: float  # when it was last moved (seconds since the epoch)
     step_ms: float  # estimated longest step: a full chunk while ``batch`` sequences decode
     batch: int
     fits: bool
     source: str  # where the step times came from
+    cv_max: float | None = None
+    cap: int | None = None
+    cap_over: float | None = None
+
+    @property
+    def running(self) -> int:
+        """The budget the replicas run."""
+        return self.tokens if self.cap is None else min(self.tokens, self.cap)
 
     def budget(self) -> ChunkBudget:
         """The engine planner's input."""
-        return ChunkBudget(tokens=self.tokens, itl_target_ms=self.itl_ms, step_ms=self.step_ms,
-                           decode_batch=self.batch, fits=self.fits, basis=self.source)
+        capped = self.cap is not None and self.cap < self.tokens
+        return ChunkBudget(tokens=self.running, itl_target_ms=self.itl_ms, step_ms=self.step_ms,
+                           decode_batch=self.batch, fits=self.fits, basis=self.source,
+                           jitter_max=self.cv_max if capped else None,
+                           jitter_measured=(self.cap_over * self.cv_max
+                                            if capped and self.cap_over is not None
+                                            and self.cv_max is not None else None))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "itlMs": self.itl_ms, "engine": self.engine,
-                "time": self.time, "stepMs": self.step_ms,
-                "batch": self.batch, "fits": self.fits, "source": self.source}
+        out: dict[str, Any] = {"tokens": self.tokens, "itlMs": self.itl_ms,
+                               "engine": self.engine, "time": self.time,
+                               "stepMs": self.step_ms, "batch": self.batch, "fits": self.fits,
+                               "source": self.source, "cvMax": self.cv_max,
+                               "jitterCap": self.cap, "jitterOver": self.cap_over}
+        return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: Any) -> ChunkMemory | None:
@@ -118,13 +161,25 @@ class ChunkMemory:
         if not isinstance(data, Mapping):
             return None
         try:
-            tokens, itl, time = int(data["tokens"]), float(data["itlMs"]), float(data["time"])
+            tokens, time = int(data["tokens"]), float(data["time"])
+            itl, cv = _positive(data.get("itlMs")), _positive(data.get("cvMax"))
+            cap = None if data.get("jitterCap") is None else int(data["jitterCap"])
             mem = cls(tokens, itl, str(data.get("engine", "")), time,
                       float(data.get("stepMs", 0.0)), int(data.get("batch", 1)),
-                      bool(data.get("fits", True)), str(data.get("source", "")))
+                      bool(data.get("fits", True)), str(data.get("source", "")),
+                      cv, cap if cv is not None and cap is not None and cap > 0 else None,
+                      _positive(data.get("jitterOver")))
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
-        return mem if tokens > 0 and itl > 0 and math.isfinite(itl) else None
+        return mem if tokens > 0 and math.isfinite(time) and (itl or mem.cap) else None
+
+
+def _positive(value: Any) -> float | None:
+    """A finite number above zero, else None (TypeError/ValueError for a non-number)."""
+    if value is None:
+        return None
+    x = float(value)
+    return x if math.isfinite(x) and x > 0 else None
 
 
 def read_memory(control: Mapping[str, Any] | None) -> dict[str, ChunkMemory]:
@@ -193,14 +248,61 @@ def decode_batch(st: StepTimes, objectives: Objectives, state: ControlState, min
     return max(1, min(cap.batch, max_seqs))
 
 
-def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: int,
+def jitter_missed(state: ControlState) -> float | None:
+    """The jitter the law last measured over its bound, as a multiple of the bound (None
+    where it was within it, or not read)."""
+    over = state.jitter_over
+    return over if over is not None and over > 1.0 else None
+
+
+def jitter_budget(tokens: int, over: float, lowest: int) -> int:
+    """The budget that brings jitter measured at ``over`` times its bound with ``tokens``
+    back to :data:`JITTER_MARGIN` of the bound (module docstring: the spread falls as the
+    square root of the budget), on the grid and at least ``lowest``."""
+    target = tokens * (JITTER_MARGIN / max(over, 1e-9)) ** 2
+    return max(lowest, int(target // CHUNK_GRID) * CHUNK_GRID)
+
+
+def choose(*, st: StepTimes, source: str, itl_ms: float | None, batch: int, default: int,
            floor: int, engine: str, held: ChunkMemory | None, now: float | None,
-           shape: tuple[float, float] = (0.0, 0.0), missed: bool = False) -> ChunkMemory:
+           shape: tuple[float, float] = (0.0, 0.0), missed: bool = False,
+           cv_max: float | None = None, jitter_over: float | None = None
+           ) -> ChunkMemory | None:
     """The budget to run and keep: a fresh one, or ``held`` while the rate limit and the
-    hysteresis band hold it (module docstring). ``now`` None: no drift moves (a caller
-    that only wants the budget the replicas run). ``shape``: the mean prompt and output
-    tokens (``request_shape``) whose context the steps read and attend to. ``missed``: the
-    measured inter-token percentile is over the objective (a lowering may come sooner)."""
+    hysteresis band hold it (module docstring); None where neither objective asks for one.
+    ``now`` None: no drift moves (a caller that only wants the budget the replicas run).
+    ``shape``: the mean prompt and output tokens (``request_shape``) whose context the
+    steps read and attend to. ``missed``: the measured inter-token percentile is over the
+    objective (a lowering may come sooner). ``cv_max``: the jitter bound;
+    ``jitter_over``: the jitter measured over it (``jitter_missed``)."""
+    planned = None if itl_ms is None else _for_itl(
+        st=st, source=source, itl_ms=itl_ms, batch=batch, default=default, floor=floor,
+        engine=engine, held=held, now=now, shape=shape, missed=missed)
+    if cv_max is None:
+        return planned
+    base = planned or ChunkMemory(
+        max(default, floor), None, engine, held.time if held is not None else 0.0,
+        round(chunk_step_ms(st, batch, max(default, floor), *shape), 2), batch, True, source)
+    cap, over = (held.cap, held.cap_over) if held is not None and held.cv_max == cv_max \
+        else (None, None)
+    lowest = max(floor, MIN_CHUNK)
+    when = base.time
+    running = base.tokens if cap is None else min(base.tokens, max(cap, lowest))
+    if jitter_over is not None and jitter_over > 1.0 and now is not None \
+            and (held is None or now - held.time >= MISS_INTERVAL_S):
+        lower = jitter_budget(running, jitter_over, lowest)
+        if lower <= running - CHUNK_GRID:
+            cap, over, when, running = lower, round(jitter_over, 3), round(now, 3), lower
+    if cap is None:
+        return planned
+    return replace(base, time=when, cv_max=cv_max, cap=max(cap, lowest), cap_over=over,
+                   step_ms=round(chunk_step_ms(st, batch, running, *shape), 2))
+
+
+def _for_itl(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: int,
+             floor: int, engine: str, held: ChunkMemory | None, now: float | None,
+             shape: tuple[float, float], missed: bool) -> ChunkMemory:
+    """:func:`choose` for the inter-token objective alone."""
 
     def fresh(target: float) -> ChunkMemory:
         tokens, fits = chunk_budget_for_itl(st, target, batch, default=default, floor=floor,
@@ -214,16 +316,16 @@ def choose(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: in
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)
     if now is None or now - held.time < (MISS_INTERVAL_S if missed else CHANGE_INTERVAL_S):
-        return held
+        return replace(held, cv_max=None, cap=None, cap_over=None)
     lower = fresh(itl_ms)
     if lower.tokens <= held.tokens - CHUNK_GRID:
         return lower
     if now - held.time < CHANGE_INTERVAL_S:
-        return held  # a miss only lowers
+        return replace(held, cv_max=None, cap=None, cap_over=None)  # a miss only lowers
     higher = fresh(itl_ms * (1.0 - RAISE_SLACK))
     if higher.tokens >= held.tokens + CHUNK_GRID:
         return higher
-    return held
+    return replace(held, cv_max=None, cap=None, cap_over=None)
 
 
 @dataclass(frozen=True)
@@ -243,14 +345,28 @@ def change(variant: str, held: ChunkMemory | None, kept: ChunkMemory | None, old
     if old == new:
         return None
     if kept is None:
+        gone = ("throughputCVMax removed" if held is not None and held.itl_ms is None
+                else "interTokenLatencyMs removed")
         why = ("set by the user (spec.engine.maxNumBatchedTokens or extraArgs)" if user_set
-               else "interTokenLatencyMs removed: vLLM's default for the GPU class")
-    elif held is None:
+               else f"{gone}: vLLM's default for the GPU class")
+    elif kept.cap is not None and kept.cap_over is not None and kept.cv_max is not None \
+            and (held is None or held.cap != kept.cap) and new == kept.cap:
+        why = (f"jitter measured {kept.cap_over * kept.cv_max:.2f}, over throughputCVMax "
+               f"{kept.cv_max:g}: the prefill chunks a stream meets while it decodes spread "
+               "its pace, and the spread falls as the square root of the budget")
+    elif held is None or (held.itl_ms is None and kept.itl_ms is not None):
         why = f"interTokenLatencyMs set to {kept.itl_ms:g} ms"
+    elif kept.itl_ms is None and held.itl_ms is not None:
+        why = (f"interTokenLatencyMs removed; jitter cap {kept.cap} tokens for "
+               f"throughputCVMax {kept.cv_max:g}")
     elif held.itl_ms != kept.itl_ms:
         why = f"interTokenLatencyMs changed from {held.itl_ms:g} to {kept.itl_ms:g} ms"
     elif held.engine != kept.engine:
         why = f"engine settings changed from {held.engine} to {kept.engine}"
+    elif held.cap is not None and (kept.cap is None or kept.cv_max != held.cv_max):
+        why = "throughputCVMax changed: the jitter cap is dropped"
+    elif kept.itl_ms is None:
+        why = f"jitter cap {kept.cap} tokens for throughputCVMax {kept.cv_max:g}"
     else:
         why = (f"re-planned from {kept.source}: a step filled to the budget with "
                f"{kept.batch} decoding sequences takes about {kept.step_ms:.1f} ms against "

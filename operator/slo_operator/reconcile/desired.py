@@ -45,6 +45,7 @@ from slo_operator.reconcile.chunking import (
     decode_batch,
     engine_basis,
     itl_missed,
+    jitter_missed,
     read_memory,
     request_shape,
     step_times,
@@ -285,23 +286,25 @@ def user_sets_budget(spec: InferenceServiceSpec) -> bool:
 def chunk_budget(spec: InferenceServiceSpec, policy: SLOPolicySpec, pool: Pool,
                  engine: EnginePlan, held: ChunkMemory | None, state: ControlState,
                  now: float | None) -> ChunkMemory | None:
-    """The chunked-prefill budget for the policy's inter-token objective on ``pool``
-    (``reconcile.chunking``), from ``engine`` as planned without one (its precision,
-    tensor parallelism and ``--max-num-seqs``); None without an objective or when the
-    user set the budget. ``held``: the budget kept in status; ``state``: the law's memory
-    (learnt speed and request shape)."""
+    """The chunked-prefill budget for the policy's inter-token objective and jitter bound
+    on ``pool`` (``reconcile.chunking``), from ``engine`` as planned without one (its
+    precision, tensor parallelism and ``--max-num-seqs``); None where neither asks for one
+    or the user set the budget. ``held``: the budget kept in status; ``state``: the law's
+    memory (learnt speed and request shape, the last inter-token and jitter readings)."""
     itl = policy.objectives.inter_token_latency_ms
+    cv = policy.objectives.throughput_cv_max
     hw = pool.resolution.hardware
-    if itl is None or hw is None or user_sets_budget(spec):
+    if (itl is None and cv is None) or hw is None or user_sets_budget(spec):
         return None
     precision = engine_precision(engine)
     tp, floor = engine.tensor_parallel_size, engine.max_num_seqs
     st, source = step_times(spec.model.size_billions, precision, hw.product, tp, state)
     batch = decode_batch(st, policy.objectives, state, policy.batching.min_batch, floor)
-    return choose(st=st, source=source, itl_ms=float(itl), batch=batch,
-                  default=default_max_num_batched_tokens(hw), floor=floor,
+    return choose(st=st, source=source, itl_ms=None if itl is None else float(itl),
+                  batch=batch, default=default_max_num_batched_tokens(hw), floor=floor,
                   engine=engine_basis(precision, tp, floor), held=held, now=now,
-                  shape=request_shape(state), missed=itl_missed(state))
+                  shape=request_shape(state), missed=itl_missed(state),
+                  cv_max=None if cv is None else float(cv), jitter_over=jitter_missed(state))
 
 
 def live_limit(policy: SLOPolicySpec, ceiling: int, wanted: int | None) -> int:
@@ -450,7 +453,7 @@ def plan_service(
         except EngineError as err:
             first_error = first_error or err
             continue
-        old = held.tokens if held is not None else unlevered if chunk is not None else None
+        old = held.running if held is not None else unlevered if chunk is not None else None
         moved = None if old is None else change(
             variant_id(pool), held, chunk, old, engine.max_num_batched_tokens,
             user_sets_budget(spec))

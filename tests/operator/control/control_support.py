@@ -50,7 +50,8 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
                  recent: float | None = None, hit: float | None = None,
                  decode_ms: float | None = None,
                  kv: float | None = None, preemptions: float | None = None,
-                 pods: int | None = None, answer_tail: float | None = None) -> Signals:
+                 pods: int | None = None, answer_tail: float | None = None,
+                 jitter: float | None = None) -> Signals:
     """One window's signals: ``rate`` finished requests per second of ``prompt`` +
     ``output`` tokens; ``arrivals``, ``recent`` (the window's last half) and ``peak`` are
     the gateway's counts (None: no gateway), ``hit`` the prefix-cache share, ``decode_ms``
@@ -64,7 +65,7 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
         arrival_rate=arrivals, arrival_recent_rate=recent, arrival_peak_rate=peak,
         prefix_hit_share=hit,
         decode_mean_ms=decode_ms, kv_usage=kv, preemptions_rate=preemptions, pods=pods,
-        answer_tail_tokens=answer_tail,
+        answer_tail_tokens=answer_tail, jitter=jitter,
     )
 
 

@@ -597,6 +597,22 @@ def test_each_decision_keeps_the_measured_inter_token_latency_against_its_object
     assert settled(2, rate=30.0, itl=45.0).state.itl_over is None  # no ITL objective
 
 
+def test_each_decision_keeps_the_measured_jitter_against_its_bound() -> None:
+    """What the jitter lever reads (``reconcile.chunking``): the window's jitter over
+    ``throughputCVMax``, unknown without a bound, without samples, or from a window of too
+    few requests to read a spread from (the policy's window is 60 s)."""
+    bounded = make_policy(jitter_max=0.5)
+    loop = settled(2, policy=bounded, rate=10.0, jitter=0.2)
+    assert loop.state.jitter_over == pytest.approx(0.4)
+    loop.run(20, rate=10.0, jitter=0.9)
+    assert loop.state.jitter_over == pytest.approx(1.8)
+    loop.run(20, rate=10.0, jitter=None)
+    assert loop.state.jitter_over is None
+    loop.run(20, rate=0.2, jitter=0.9)  # 12 requests in the window
+    assert loop.state.jitter_over is None
+    assert settled(2, rate=10.0, jitter=0.9).state.jitter_over is None  # no bound
+
+
 def test_the_limit_comes_back_toward_the_model_once_latency_is_inside() -> None:
     loop = lowered()
     ds = loop.run(600, rate=30.0, itl=15.0)

@@ -47,13 +47,13 @@ def test_every_field_of_the_policy_reaches_the_control_policy() -> None:
         min_replicas=2, max_replicas=9, scale_up_stabilization_s=15.0,
         scale_down_stabilization_s=600.0, max_scale_up_step=3, max_scale_down_step=2,
         batching_mode="restart", min_batch=4, max_batch=96, gpu_budget=12, step_times=st,
-        scale_to_zero=True, idle_before_zero_s=1200.0)
+        scale_to_zero=True, idle_before_zero_s=1200.0, jitter_max=0.25)
     assert p.step_times is st
 
 
 def test_unset_optional_fields_stay_unset() -> None:
     p = policy_for(SLOPolicySpec())
-    assert (p.itl_target_ms, p.gpu_budget, p.step_times) == (None, None, None)
+    assert (p.itl_target_ms, p.gpu_budget, p.step_times, p.jitter_max) == (None,) * 4
 
 
 @pytest.mark.parametrize("spec", [FULL, SLOPolicySpec()], ids=["full", "defaults"])

@@ -24,7 +24,7 @@ FULL = ControlState(
     limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),), loads=((T0 - 15.0, 2.54321),),
     prompt_tokens=500.12345, output_tokens=200.5, answer_tail=1000.0, last_waiting=3.0,
     last_time=T0,
-    short_time=T0 - 40.0, extra={"k": "v"},
+    short_time=T0 - 40.0, itl_over=0.5, jitter_over=1.25, extra={"k": "v"},
 )
 WIRE = {
     "v": 1,
@@ -36,7 +36,8 @@ WIRE = {
     "correction": 1.5556, "limitBias": 0.7778,
     "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]], "loads": [[T0 - 15.0, 2.5432]],
     "promptTokens": 500.123, "outputTokens": 200.5, "answerTailTokens": 1000.0,
-    "lastWaiting": 3.0, "lastTime": T0, "shortTime": T0 - 40.0, "extra": {"k": "v"},
+    "lastWaiting": 3.0, "lastTime": T0, "shortTime": T0 - 40.0, "itlOver": 0.5,
+    "jitterOver": 1.25, "extra": {"k": "v"},
 }
 
 
@@ -162,7 +163,7 @@ FULL_WIRE = {
     "limitBias": 0.9, "limits": [[T0, 48]], "rates": [[T0, 2]], "loads": [[T0, 1.5]],
     "promptTokens": 500,
     "outputTokens": 200, "answerTailTokens": 500, "lastWaiting": 1, "lastTime": T0,
-    "extra": {"k": "v"},
+    "jitterOver": 1.5, "extra": {"k": "v"},
 }
 JUNK_WIRE = {
     "lastGood": {"replicas": 2.0, "limit": "48", "time": "x"}, "recommendations": "x",

@@ -209,3 +209,21 @@ def test_objective_out_of_reach_of_the_budget_is_reported(golden: Golden) -> Non
         ("spec.objectives.interTokenLatencyMs", "ITLOutOfChunkReach")]
     golden.check("engine", "batching-budget-for-itl-smallest", notes[0].message)
     golden.check("engine", "batching-itl-out-of-chunk-reach", notes[1].message)
+
+
+def test_a_budget_lowered_for_jitter_names_the_bound_and_the_reading(golden: Golden) -> None:
+    chunk = ChunkBudget(tokens=1024, itl_target_ms=None, step_ms=31.2, decode_batch=183,
+                        basis="seed step times for H100-SXM-80GB fp8", jitter_max=0.4,
+                        jitter_measured=0.9)
+    (_, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=chunk))
+    assert mnbt == 1024
+    assert [(n.field, n.reason) for n in notes] == [
+        ("spec.engine.maxNumBatchedTokens", "ChunkedPrefillBudget")]
+    golden.check("engine", "batching-budget-for-jitter", notes[0].message)
+    # A jitter cap under an inter-token budget that is lower still: the objective's note.
+    (_, _, _), itl_notes = _choose(H100, BatchBounds(max_seqs=256, chunk=_chunk(1792)))
+    assert "interTokenLatencyMs 50 ms" in itl_notes[0].message
+    # Without an inter-token objective or a cap, the budget is vLLM's default and says so.
+    plain = ChunkBudget(tokens=8192, itl_target_ms=None, step_ms=60.0, decode_batch=183)
+    (_, mnbt, _), notes = _choose(H100, BatchBounds(max_seqs=256, chunk=plain))
+    assert mnbt == 8192 and "default" in notes[0].message

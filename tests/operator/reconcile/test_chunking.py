@@ -1,4 +1,5 @@
-"""The inter-token lever's memory: when a kept chunked-prefill budget moves, and why."""
+"""The inter-token and jitter levers' memory: when a kept chunked-prefill budget moves, and
+why."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from slo_operator.control.capacity import StepTimes, chunk_budget_for_itl
 from slo_operator.control.state import ControlState
 from slo_operator.reconcile.chunking import (
     CHANGE_INTERVAL_S,
+    JITTER_MARGIN,
     MEMORY_KEY,
     MISS_INTERVAL_S,
     ChunkMemory,
@@ -20,6 +22,8 @@ from slo_operator.reconcile.chunking import (
     chunk_events,
     decode_batch,
     itl_missed,
+    jitter_budget,
+    jitter_missed,
     read_memory,
     step_times,
     with_memory,
@@ -38,9 +42,18 @@ SLOWER = StepTimes(10.0, 0.0, 0.012)  # 2304 at the objective
 
 def pick(st: StepTimes, held: ChunkMemory | None, now: float | None, itl: float = 50.0,
          engine: str = ENGINE, floor: int = 256, missed: bool = False) -> ChunkMemory:
+    got = choose(st=st, source="seed step times for H100-SXM-80GB fp8", itl_ms=itl, batch=1,
+                 default=8192, floor=floor, engine=engine, held=held, now=now, missed=missed)
+    assert got is not None
+    return got
+
+
+def jitter_pick(held: ChunkMemory | None, now: float | None, over: float | None,
+                itl: float | None = None, cv: float | None = 0.5, floor: int = 256,
+                st: StepTimes = SEED) -> ChunkMemory | None:
     return choose(st=st, source="seed step times for H100-SXM-80GB fp8", itl_ms=itl, batch=1,
-                  default=8192, floor=floor, engine=engine, held=held, now=now,
-                  missed=missed)
+                  default=8192, floor=floor, engine=ENGINE, held=held, now=now,
+                  cv_max=cv, jitter_over=over)
 
 
 HELD = replace(pick(SEED, None, T0), tokens=2560)  # chosen earlier, at a slower estimate
@@ -200,3 +213,128 @@ def test_each_move_says_why(held: ChunkMemory | None, kept: str | None, user_set
     moved = change("h100", held, new, 2560 if held else 8192, 2304, user_set)
     assert moved is not None
     golden.check("engine", f"chunk-why-{request.node.callspec.id}", moved.why)
+
+
+# --- the jitter lever ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("over", "want"), [(None, None), (0.8, None), (1.0, None),
+                                            (1.4, 1.4)])
+def test_jitter_is_missed_where_the_law_read_it_over_its_bound(over: float | None,
+                                                               want: float | None) -> None:
+    assert jitter_missed(ControlState(jitter_over=over)) == want
+
+
+@pytest.mark.parametrize(
+    ("tokens", "over", "want"),
+    [
+        # The spread falls as the square root of the budget: twice the bound asks for a
+        # quarter of the budget and the margin's square of that.
+        pytest.param(8192, 2.0, 8192 * (JITTER_MARGIN / 2.0) ** 2 // 256 * 256,
+                     id="twice-the-bound"),
+        pytest.param(8192, 1.25, 3328, id="a-quarter-over"),
+        pytest.param(2048, 3.0, 512, id="never-below-the-least-chunk"),
+    ],
+)
+def test_a_jitter_miss_asks_for_the_budget_whose_spread_is_inside_the_margin(
+        tokens: int, over: float, want: int) -> None:
+    got = jitter_budget(tokens, over, 512)
+    assert got == want
+    assert got % 256 == 0
+    # Within the margin by the square-root law, unless held up by the least chunk.
+    assert over * (got / tokens) ** 0.5 <= JITTER_MARGIN or got == 512
+
+
+def test_a_bound_that_holds_renders_no_budget_and_rolls_nothing() -> None:
+    assert jitter_pick(None, T0, over=None) is None
+    assert jitter_pick(None, T0, over=0.9) is None
+    assert jitter_pick(None, T0, over=2.0, cv=None) is None  # no bound, no lever
+
+
+def test_jitter_over_its_bound_lowers_a_default_budget_at_once() -> None:
+    got = jitter_pick(None, T0, over=2.0)
+    assert got is not None
+    want = jitter_budget(8192, 2.0, 512)
+    assert (got.running, got.tokens, got.cap, got.itl_ms, got.time) == (want, 8192, want,
+                                                                          None, T0)
+    assert (got.cv_max, got.cap_over) == (0.5, 2.0)
+    assert got.step_ms == round(SEED.step_ms(1, want - 1), 2)
+    budget = got.budget()
+    assert (budget.tokens, budget.jitter_max, budget.jitter_measured) == (want, 0.5, 1.0)
+
+
+def test_a_second_jitter_lowering_waits_for_the_miss_interval_and_never_raises() -> None:
+    first = jitter_pick(None, T0, over=2.0)
+    assert first is not None
+    held_on = jitter_pick(first, T0 + MISS_INTERVAL_S - 1, over=1.6)
+    assert held_on == first
+    lower = jitter_pick(first, T0 + MISS_INTERVAL_S, over=1.6)
+    assert lower is not None and lower.running == jitter_budget(first.running, 1.6, 512)
+    assert lower.time == T0 + MISS_INTERVAL_S
+    # Inside the bound for hours: the cap stays (answers that made streams short may return).
+    later = jitter_pick(lower, T0 + 100 * CHANGE_INTERVAL_S, over=0.3)
+    assert later == lower
+
+
+def test_a_jitter_cap_holds_under_an_inter_token_budget_that_re_plans() -> None:
+    capped = jitter_pick(HELD, T0 + MISS_INTERVAL_S, over=1.1, itl=50.0)
+    assert capped is not None
+    assert (capped.tokens, capped.running) == (HELD.tokens, jitter_budget(2560, 1.1, 512))
+    # The objective's budget moves at the interval; the replicas still run the lower.
+    replanned = jitter_pick(capped, capped.time + CHANGE_INTERVAL_S, over=None, itl=50.0,
+                            st=SLOWER)
+    assert replanned is not None
+    assert (replanned.tokens, replanned.running) == (2304, capped.running)
+    # An inter-token budget planned below the cap runs as planned.
+    tight = jitter_pick(capped, capped.time + 1, over=None, itl=20.0)
+    assert tight is not None and tight.running == tight.tokens < capped.running
+
+
+def test_a_changed_or_removed_bound_drops_the_cap() -> None:
+    capped = jitter_pick(None, T0, over=2.0)
+    assert capped is not None
+    assert jitter_pick(capped, T0 + 1, over=None, cv=None) is None
+    assert jitter_pick(capped, T0 + 1, over=None, cv=0.6) is None
+    with_itl = jitter_pick(HELD, T0 + 1, over=None, itl=50.0, cv=0.6)
+    assert with_itl is not None and with_itl.cap is None
+
+
+def test_a_jitter_cap_is_never_below_max_num_seqs() -> None:
+    got = jitter_pick(None, T0, over=10.0, floor=1024)
+    assert got is not None and got.running == 1024
+
+
+def test_a_jitter_cap_round_trips_through_status() -> None:
+    capped = jitter_pick(None, T0, over=2.0)
+    assert capped is not None
+    wire = with_memory(None, {"h100": capped})
+    assert wire is not None and wire[MEMORY_KEY]["h100"]["jitterCap"] == capped.cap
+    assert "itlMs" not in wire[MEMORY_KEY]["h100"]
+    assert read_memory(wire) == {"h100": capped}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param({"tokens": 8192, "time": T0, "cvMax": 0.5}, id="a-bound-without-a-cap"),
+        pytest.param({"tokens": 8192, "time": T0, "jitterCap": 1024}, id="a-cap-without-bound"),
+        pytest.param({"tokens": 8192, "time": T0, "cvMax": "x", "jitterCap": 1024},
+                     id="bound-not-a-number"),
+        pytest.param({"tokens": 8192, "time": T0, "cvMax": 0.5, "jitterCap": 0},
+                     id="no-cap"),
+    ],
+)
+def test_an_unreadable_jitter_cap_is_chosen_afresh(raw: object) -> None:
+    assert read_memory({MEMORY_KEY: {"h100": raw}}) == {}
+
+
+@pytest.mark.parametrize("case", ["jitter-lowered", "bound-removed"])
+def test_each_jitter_move_says_why(case: str, golden: Golden) -> None:
+    capped = jitter_pick(None, T0, over=2.0)
+    assert capped is not None
+    if case == "jitter-lowered":
+        moved = change("h100", None, capped, 8192, capped.running, user_set=False)
+    else:
+        moved = change("h100", capped, None, capped.running, 8192, user_set=False)
+    assert moved is not None
+    golden.check("engine", f"chunk-why-{case}", moved.why)

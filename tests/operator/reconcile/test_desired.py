@@ -10,7 +10,12 @@ import pytest
 from slo_operator.api import conditions as C
 from slo_operator.api.models import InferenceServiceSpec, KvCacheDtype, Precision, SLOPolicySpec
 from slo_operator.engine import KV_CACHE_DTYPES, PRECISIONS
-from slo_operator.reconcile.chunking import CHANGE_INTERVAL_S, MISS_INTERVAL_S, with_memory
+from slo_operator.reconcile.chunking import (
+    CHANGE_INTERVAL_S,
+    MISS_INTERVAL_S,
+    jitter_budget,
+    with_memory,
+)
 from slo_operator.reconcile.desired import (
     NodeInfo,
     Problem,
@@ -298,6 +303,50 @@ def test_learnt_speed_moves_the_budget_only_after_the_rate_limit() -> None:
     assert budget(moved) < budget(first)
     (change,) = moved.chunk_changes
     assert change.why.startswith("re-planned from step times learnt on H100-SXM-80GB fp8")
+
+
+def jitter_policy(cv: float | None, itl: int | None = None) -> SLOPolicySpec:
+    objectives: dict[str, Any] = {} if cv is None else {"throughputCVMax": cv}
+    if itl is not None:
+        objectives["interTokenLatencyMs"] = itl
+    return SLOPolicySpec.model_validate({"objectives": objectives})
+
+
+def test_jitter_over_its_bound_lowers_the_budget_and_says_why_in_notes() -> None:
+    """A policy with a jitter bound and no inter-token objective runs vLLM's default (no
+    memory, nothing to roll) until status says the law read jitter over the bound
+    (``jitterOver``); then the plan lowers the budget at once, keeps it in status, and its
+    notes and move say the bound; a second reading waits ``MISS_INTERVAL_S``."""
+    quiet = planned(jitter_policy(0.5), {"state": {"jitterOver": 0.9}})
+    assert budget(quiet) == 8192 and quiet.chunk_memory == {} and quiet.chunk_changes == ()
+    missed = planned(jitter_policy(0.5), {"state": {"jitterOver": 2.0}}, now=T0)
+    assert budget(missed) == jitter_budget(8192, 2.0, 512)
+    (moved,) = missed.chunk_changes
+    assert (moved.old, moved.new) == (8192, budget(missed))
+    assert moved.why.startswith("jitter measured 1.00, over throughputCVMax 0.5")
+    assert any(n.reason == "ChunkedPrefillBudget" and "throughputCVMax 0.5" in n.message
+               for n in missed.engine.notes)
+    again = _control(missed, jitterOver=1.5)
+    held = planned(jitter_policy(0.5), again, now=T0 + MISS_INTERVAL_S - 1)
+    assert budget(held) == budget(missed) and held.chunk_changes == ()
+    lower = planned(jitter_policy(0.5), again, now=T0 + MISS_INTERVAL_S)
+    assert budget(lower) == jitter_budget(budget(missed), 1.5, 512) < budget(missed)
+    # The bound removed: back to vLLM's default, at once.
+    removed = planned(jitter_policy(None), _control(lower), now=T0 + MISS_INTERVAL_S + 1)
+    assert budget(removed) == 8192
+    assert [c.why for c in removed.chunk_changes] == [
+        "throughputCVMax removed: vLLM's default for the GPU class"]
+
+
+def test_a_jitter_cap_lowers_an_inter_token_budget_and_outlives_its_re_plans() -> None:
+    first = planned(jitter_policy(0.5, itl=50))
+    capped = planned(jitter_policy(0.5, itl=50), _control(first, jitterOver=1.3),
+                     now=T0 + MISS_INTERVAL_S)
+    assert budget(capped) == jitter_budget(budget(first), 1.3, 512) < budget(first)
+    slow = {"speed": 0.7, "speedKey": "H100-SXM-80GB/fp8", "speedSamples": 12}
+    later = planned(jitter_policy(0.5, itl=50), _control(capped, **slow),
+                    now=T0 + MISS_INTERVAL_S + CHANGE_INTERVAL_S)
+    assert budget(later) == min(budget(capped), later.chunk_memory["h100-sxm-80gb"].tokens)
 
 
 def test_a_measured_inter_token_miss_moves_the_budget_before_the_rate_limit() -> None:

@@ -23,7 +23,7 @@ from slo_operator.control import ControlState
 from slo_operator.control import reasons as R
 from slo_operator.reconcile import planner
 from slo_operator.reconcile.actions import Apply, PatchStatus, PostEvent, describe
-from slo_operator.reconcile.chunking import MEMORY_KEY
+from slo_operator.reconcile.chunking import MEMORY_KEY, jitter_budget
 from slo_operator.reconcile.loop import (
     LawMemory,
     fill,
@@ -546,6 +546,45 @@ def test_the_slo_pass_keeps_the_budget_beside_the_laws_memory() -> None:
     assert set(control) == {"state", "slo", MEMORY_KEY}
     assert control[MEMORY_KEY] == first.status["control"][MEMORY_KEY]
     assert chunk_events(plan) == []
+
+
+def jitter_snapshot(cv: float) -> Snapshot:
+    policy = make_policy(scaling={"minReplicas": 2, "maxReplicas": 2},
+                         objectives={"throughputCVMax": cv})
+    return make_snapshot(policies=(policy,), dep=READY_DEP, pods=RUNNING)
+
+
+def test_a_jitter_reading_over_the_bound_rolls_a_lower_budget_and_says_so() -> None:
+    """An SLO pass that reads jitter over ``throughputCVMax`` writes it in the law's state
+    (``jitterOver``); the next plan lowers the budget: the Deployment, status and an Event.
+    A reading inside the bound moves nothing, and no budget is kept before one."""
+    first = plan_reconcile(make_isvc(), jitter_snapshot(0.4), NOW, Settings())
+    assert MEMORY_KEY not in (first.status.get("control") or {})
+    assert chunk_events(first) == []
+    cache = applied_after(first)
+
+    def after_pass(over: float) -> ReconcilePlan:
+        update = slo_pass(LATER, memory_changed=True)
+        state = {**update.control["state"], "jitterOver": over}
+        written = plan_reconcile(make_isvc(status=dict(first.status)), jitter_snapshot(0.4),
+                                 LATER, Settings(), cache,
+                                 replace(update, control={**update.control, "state": state}))
+        assert written.status["control"]["state"]["jitterOver"] == over
+        return plan_reconcile(make_isvc(status=dict(written.status)), jitter_snapshot(0.4),
+                              PASS, Settings(), cache)
+
+    calm = after_pass(0.9)
+    assert MEMORY_KEY not in calm.status["control"] and chunk_events(calm) == []
+    plan = after_pass(2.0)
+    kept = plan.status["control"][MEMORY_KEY][VARIANT]
+    assert (kept["cvMax"], kept["jitterOver"]) == (0.4, 2.0)
+    assert kept["jitterCap"] == jitter_budget(8192, 2.0, 512)
+    args = plan.status["engineArgs"]
+    assert args[args.index("--max-num-batched-tokens") + 1] == str(kept["jitterCap"])
+    assert DEPLOYMENT in [describe(a).split()[-1] for a in plan.actions if isinstance(a, Apply)]
+    (event,) = chunk_events(plan)
+    assert f"changed from 8192 to {kept['jitterCap']} tokens" in event
+    assert "jitter measured 0.80, over throughputCVMax 0.4" in event
 
 
 def test_a_retired_variant_is_announced_naming_where_the_replicas_run(golden: Any) -> None:
