@@ -94,6 +94,7 @@ class PodReplica:
     tensor_parallel: int
     limit: int | None              # the live in-flight limit annotation
     grace_s: float = DEFAULT_GRACE_S  # spec.terminationGracePeriodSeconds
+    pre_stop_s: float = 0.0  # the longest preStop sleep of its containers
 
     @property
     def key(self) -> tuple[str, str]:
@@ -154,6 +155,7 @@ def pod_replica(pod: Mapping[str, Any]) -> PodReplica:
         tensor_parallel=_int(vals.get("tensor_parallel_size"), 1),
         limit=parse_limit(str(ann.get(contract.ANNOTATION_INFLIGHT_LIMIT, ""))),
         grace_s=_grace(pod),
+        pre_stop_s=_pre_stop(pod),
     )
 
 
@@ -162,13 +164,31 @@ def _grace(pod: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) and value >= 0 else DEFAULT_GRACE_S
 
 
+def _pre_stop(pod: Mapping[str, Any]) -> float:
+    """The longest ``lifecycle.preStop.sleep.seconds`` of the pod's containers (0: none)."""
+    out = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        sleep = (((c or {}).get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        value = sleep.get("seconds")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            out = max(out, float(value))
+    return out
+
+
 async def drain(busy: Callable[[], bool], runners: Sequence[web.AppRunner],
-                grace_s: float, stop: asyncio.Event, poll_s: float = DRAIN_POLL_S) -> None:
-    """A deleted pod's end: wait until nothing is ``busy`` (at most ``grace_s``), then stop
-    the servers (``runners``). Once ``stop`` is set (the harness stopping), stop them at
-    once: each lets its requests in flight run for its runner's shutdown timeout."""
+                grace_s: float, stop: asyncio.Event, poll_s: float = DRAIN_POLL_S,
+                pre_stop_s: float = 0.0) -> None:
+    """A deleted pod's end, as on a node: its servers keep serving through the preStop
+    sleep (``pre_stop_s``: the pod is out of the endpoints, and a client that read them
+    just before still gets an answer), then wait until nothing is ``busy``, all within
+    ``grace_s`` of the deletion (the kubelet's bound, preStop included), then stop
+    (``runners``). Once ``stop`` is set (the harness stopping), stop them at once: each
+    lets its requests in flight run for its runner's shutdown timeout."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
+    if pre_stop_s > 0 and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(pre_stop_s, grace_s))
     while busy() and loop.time() < deadline and not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), poll_s)
@@ -502,7 +522,7 @@ class ReplicaHarness:
     async def _drain(self, key: tuple[str, str], running: RunningReplica) -> None:
         admission = running.gateway.admission
         await drain(lambda: admission.in_flight + admission.queued() > 0, running.runners,
-                    running.spec.grace_s, self._stopping)
+                    running.spec.grace_s, self._stopping, pre_stop_s=running.spec.pre_stop_s)
         log.info("Stopped replica %s/%s", *key)
 
     async def _stop_all(self) -> None:

@@ -226,6 +226,15 @@ def engine_hash(inp: RenderInput) -> str:
 RUN_AS_USER = 1000
 HOME_DIR = "/home/vllm"
 
+# A deleted pod leaves the Service's endpoints while its containers get SIGTERM, and the
+# two race: a proxy, a gateway or an endpoint picker that read the endpoints a moment
+# before still sends it requests, which a server already stopping refuses. Every scale-in
+# and every rolling update (a chunk-budget move) deletes pods, so both containers sleep
+# this long in a preStop hook (Kubernetes' own sleep action, no shell needed) before the
+# SIGTERM: endpoint updates reach kube-proxy and watchers within a second or two. The
+# grace period (120 s) counts it, so in-flight answers keep 115 s to finish.
+PRE_STOP_SLEEP_S = 5
+
 # A rolling update of a model server (an engine argument changed: the ITL lever's chunk
 # budget, the precision, the batch ceiling in ``mode: restart``) starts up to this share of
 # the replicas as cold successors at once, none taken away before its successor is Ready.
@@ -325,6 +334,7 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
         "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**engine_health, "periodSeconds": 15, "failureThreshold": 4},
+        "lifecycle": _pre_stop(),
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "home", "mountPath": HOME_DIR},
@@ -332,6 +342,11 @@ def _vllm_container(inp: RenderInput) -> dict[str, Any]:
             {"name": "run", "mountPath": RUN_DIR},
         ],
     }
+
+
+def _pre_stop() -> dict[str, Any]:
+    """Serve on while the pod leaves the endpoints (``PRE_STOP_SLEEP_S``)."""
+    return {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}}
 
 
 def _gateway_container(inp: RenderInput) -> dict[str, Any]:
@@ -353,6 +368,7 @@ def _gateway_container(inp: RenderInput) -> dict[str, Any]:
         ],
         "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "periodSeconds": 5},
+        "lifecycle": _pre_stop(),
         "securityContext": _container_security(read_only_root=True),
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},

@@ -18,7 +18,7 @@ from slo_devtools.devenv.replica_pods import (
     step_model,
 )
 from slo_operator.hardware import resolve_product
-from slo_operator.render.objects import RenderInput, build_deployment
+from slo_operator.render.objects import PRE_STOP_SLEEP_S, RenderInput, build_deployment
 from slo_runtime import contract
 
 PROFILES = packaged_profiles()
@@ -61,6 +61,16 @@ def test_a_pods_grace_period_is_its_own_or_kubernetes_default() -> None:
     assert pod_replica(pod).grace_s == DEFAULT_GRACE_S
 
 
+def test_a_pods_pre_stop_sleep_is_the_longest_of_its_containers() -> None:
+    pod = rendered_pod(["--model", "m"])
+    assert pod_replica(pod).pre_stop_s == PRE_STOP_SLEEP_S
+    pod["spec"]["containers"][1]["lifecycle"] = {"preStop": {"sleep": {"seconds": 9}}}
+    assert pod_replica(pod).pre_stop_s == 9
+    for c in pod["spec"]["containers"]:
+        c["lifecycle"] = {"preStop": {"exec": {"command": ["true"]}}}
+    assert pod_replica(pod).pre_stop_s == 0.0
+
+
 class Runner:
     """Stands for an aiohttp runner: when its cleanup ran (loop time)."""
 
@@ -71,7 +81,8 @@ class Runner:
         self.stopped = asyncio.get_running_loop().time()
 
 
-def _drained(busy_for: float, grace_s: float, stop_after: float | None = None) -> float:
+def _drained(busy_for: float, grace_s: float, stop_after: float | None = None,
+             pre_stop_s: float = 0.0) -> float:
     """Seconds from the deletion to the servers' stop, with requests in flight for
     ``busy_for`` seconds; the harness stops after ``stop_after`` seconds (None: never)."""
     async def run() -> float:
@@ -80,7 +91,7 @@ def _drained(busy_for: float, grace_s: float, stop_after: float | None = None) -
         if stop_after is not None:
             loop.call_later(stop_after, stop.set)
         await drain(lambda: loop.time() - start < busy_for, [runner],  # type: ignore[list-item]
-                    grace_s, stop, poll_s=0.01)
+                    grace_s, stop, poll_s=0.01, pre_stop_s=pre_stop_s)
         assert runner.stopped is not None
         return runner.stopped - start
 
@@ -97,6 +108,13 @@ def test_a_deleted_pods_servers_stop_at_the_end_of_its_grace_with_requests_left(
 
 def test_stopping_the_harness_stops_a_draining_pods_servers_at_once() -> None:
     assert 0.1 <= _drained(busy_for=600.0, grace_s=600.0, stop_after=0.1) < 600.0
+    assert 0.1 <= _drained(busy_for=0.0, grace_s=600.0, stop_after=0.1, pre_stop_s=600.0) \
+        < 600.0
+
+
+def test_an_idle_deleted_pod_serves_on_through_its_pre_stop_sleep_within_its_grace() -> None:
+    assert 0.3 <= _drained(busy_for=0.0, grace_s=30.0, pre_stop_s=0.3) < 30.0
+    assert 0.2 <= _drained(busy_for=0.0, grace_s=0.2, pre_stop_s=600.0) < 600.0
 
 
 @pytest.mark.parametrize(("args", "want_precision"), [

@@ -28,6 +28,7 @@ from slo_operator.api.models import (
 from slo_operator.reconcile.desired import ServicePlan, plan_service, pool_from_product
 from slo_operator.render.names import child_name
 from slo_operator.render.objects import (
+    PRE_STOP_SLEEP_S,
     RenderInput,
     build_all,
     build_deployment,
@@ -297,7 +298,16 @@ def test_vllm_container() -> None:
         {"name": "run", "mountPath": c.RUN_DIR},
     ]
     assert set(vllm) == {"name", "image", "command", "env", "resources", "securityContext",
-                         "startupProbe", "readinessProbe", "livenessProbe", "volumeMounts"}
+                         "startupProbe", "readinessProbe", "livenessProbe", "volumeMounts",
+                         "lifecycle"}
+
+
+def test_both_containers_serve_on_while_a_deleted_pod_leaves_the_endpoints() -> None:
+    """A preStop sleep, within the grace period, before either container's SIGTERM."""
+    for name in ("vllm", "gateway"):
+        assert _container(name)["lifecycle"] == {
+            "preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}}
+    assert 0 < PRE_STOP_SLEEP_S < _pod()["terminationGracePeriodSeconds"] / 10
 
 
 def test_expected_gpu_product_falls_back_to_the_catalogue_key() -> None:
@@ -319,6 +329,7 @@ def test_gateway_container() -> None:
         ],
         "ports": [{"name": "http", "containerPort": c.GATEWAY_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_S}}},
         "securityContext": {**DROP_ALL, "readOnlyRootFilesystem": True},
         "resources": {"requests": {"cpu": "250m", "memory": "128Mi"},
                       "limits": {"memory": "512Mi"}},
