@@ -364,7 +364,7 @@ def change(variant: str, held: ChunkMemory | None, kept: ChunkMemory | None, old
     elif held.engine != kept.engine:
         why = f"engine settings changed from {held.engine} to {kept.engine}"
     elif held.cap is not None and (kept.cap is None or kept.cv_max != held.cv_max):
-        why = "throughputCVMax changed: the jitter cap is dropped"
+        why = "throughputCVMax changed or removed: the jitter cap is dropped"
     elif kept.itl_ms is None:
         why = f"jitter cap {kept.cap} tokens for throughputCVMax {kept.cv_max:g}"
     else:

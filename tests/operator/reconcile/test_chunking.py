@@ -328,13 +328,18 @@ def test_an_unreadable_jitter_cap_is_chosen_afresh(raw: object) -> None:
     assert read_memory({MEMORY_KEY: {"h100": raw}}) == {}
 
 
-@pytest.mark.parametrize("case", ["jitter-lowered", "bound-removed"])
+@pytest.mark.parametrize("case", ["jitter-lowered", "bound-removed", "cap-dropped"])
 def test_each_jitter_move_says_why(case: str, golden: Golden) -> None:
     capped = jitter_pick(None, T0, over=2.0)
     assert capped is not None
     if case == "jitter-lowered":
         moved = change("h100", None, capped, 8192, capped.running, user_set=False)
-    else:
+    elif case == "bound-removed":
         moved = change("h100", capped, None, capped.running, 8192, user_set=False)
+    else:  # the bound goes, the inter-token budget stays
+        under = jitter_pick(HELD, T0 + MISS_INTERVAL_S, over=1.1, itl=50.0)
+        kept = pick(SEED, under, T0 + MISS_INTERVAL_S + 1)
+        assert under is not None and kept.cap is None
+        moved = change("h100", under, kept, under.running, kept.running, user_set=False)
     assert moved is not None
     golden.check("engine", f"chunk-why-{case}", moved.why)
