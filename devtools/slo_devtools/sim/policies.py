@@ -861,7 +861,7 @@ class SloOperator:
             self.reasons.append((now, dec.reason, dec.message))
         budget = None
         kept = self._chunk(ctx, now)
-        was = self.chunk.running if self.chunk is not None else BATCHED_TOKENS_LARGE_GPU
+        was = self.chunk.running if self.chunk is not None else ctx.svc.budget
         if kept is not None and kept.running != was:
             budget = kept.running
             self.reasons.append((now, "ChunkBudgetChanged", f"{was} -> {budget} tokens"))

@@ -315,17 +315,18 @@ def _for_itl(*, st: StepTimes, source: str, itl_ms: float, batch: int, default: 
 
     if held is None or held.itl_ms != itl_ms or held.engine != engine or held.tokens < floor:
         return fresh(itl_ms)
+    kept = replace(held, cv_max=None, cap=None, cap_over=None)  # a jitter cap is choose's
     if now is None or now - held.time < (MISS_INTERVAL_S if missed else CHANGE_INTERVAL_S):
-        return replace(held, cv_max=None, cap=None, cap_over=None)
+        return kept
     lower = fresh(itl_ms)
     if lower.tokens <= held.tokens - CHUNK_GRID:
         return lower
     if now - held.time < CHANGE_INTERVAL_S:
-        return replace(held, cv_max=None, cap=None, cap_over=None)  # a miss only lowers
+        return kept  # a miss only lowers
     higher = fresh(itl_ms * (1.0 - RAISE_SLACK))
     if higher.tokens >= held.tokens + CHUNK_GRID:
         return higher
-    return replace(held, cv_max=None, cap=None, cap_over=None)
+    return kept
 
 
 @dataclass(frozen=True)
