@@ -1273,21 +1273,23 @@ def _reason(target: int, cur: int, rec: int, need: float, idle: bool, err: float
     return R.STEADY
 
 
+def _over(measured: float | None, bound: float | None) -> float | None:
+    """``measured`` as a multiple of ``bound``; None without either, or not a number."""
+    if measured is None or not bound or bound <= 0:
+        return None
+    over = measured / bound
+    return over if math.isfinite(over) and over >= 0 else None
+
+
 def _itl_over(sig: Signals, policy: ControlPolicy) -> float | None:
     """The measured inter-token percentile over its objective; None without either."""
-    if sig.itl_ms is None or not policy.itl_target_ms or policy.itl_target_ms <= 0:
-        return None
-    over = sig.itl_ms / policy.itl_target_ms
-    return over if math.isfinite(over) and over >= 0 else None
+    return _over(sig.itl_ms, policy.itl_target_ms)
 
 
 def _jitter_over(sig: Signals, policy: ControlPolicy, requests: float) -> float | None:
     """The measured jitter over its bound; None without either, or from a window of fewer
     than ``SPEED_MIN_REQUESTS`` requests (a spread of a few streams says little)."""
-    if sig.jitter is None or not policy.jitter_max or requests < SPEED_MIN_REQUESTS:
-        return None
-    over = sig.jitter / policy.jitter_max
-    return over if math.isfinite(over) and over >= 0 else None
+    return None if requests < SPEED_MIN_REQUESTS else _over(sig.jitter, policy.jitter_max)
 
 
 def _latency_text(sig: Signals, policy: ControlPolicy) -> str:

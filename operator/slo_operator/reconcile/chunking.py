@@ -283,11 +283,11 @@ def choose(*, st: StepTimes, source: str, itl_ms: float | None, batch: int, defa
     base = planned or ChunkMemory(
         max(default, floor), None, engine, held.time if held is not None else 0.0,
         round(chunk_step_ms(st, batch, max(default, floor), *shape), 2), batch, True, source)
-    cap, over = (held.cap, held.cap_over) if held is not None and held.cv_max == cv_max \
-        else (None, None)
     lowest = max(floor, MIN_CHUNK)
+    cap, over = (max(held.cap, lowest), held.cap_over) \
+        if held is not None and held.cv_max == cv_max and held.cap is not None else (None, None)
     when = base.time
-    running = base.tokens if cap is None else min(base.tokens, max(cap, lowest))
+    running = base.tokens if cap is None else min(base.tokens, cap)
     if jitter_over is not None and jitter_over > 1.0 and now is not None \
             and (held is None or now - held.time >= MISS_INTERVAL_S):
         lower = jitter_budget(running, jitter_over, lowest)
@@ -295,7 +295,7 @@ def choose(*, st: StepTimes, source: str, itl_ms: float | None, batch: int, defa
             cap, over, when, running = lower, round(jitter_over, 3), round(now, 3), lower
     if cap is None:
         return planned
-    return replace(base, time=when, cv_max=cv_max, cap=max(cap, lowest), cap_over=over,
+    return replace(base, time=when, cv_max=cv_max, cap=cap, cap_over=over,
                    step_ms=round(chunk_step_ms(st, batch, running, *shape), 2))
 
 
