@@ -338,7 +338,7 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         0, obs.replicas.ready - obs.replicas.warming - sig.pods)
     queued = min(cur, need.queue_replicas)
     norm = normalize(need.replicas, cur, obs, policy, state, now, miss, scale_in, unreported,
-                     queued, e2e_near)
+                     queued, e2e_near, measured=need.driver == "queue")
 
     limited_reason, limited_message = norm.limited_reason, norm.limited_message
     if not cap.feasible and limited_reason is None:
@@ -848,7 +848,7 @@ def queue_replicas(ttft_ms: float | None, floor_ms: float, target_ms: float,
 def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
               state: ControlState, now: float, miss: float | None,
               scale_in: ScaleIn, unreported: int = 0, queued: int = 0,
-              e2e_near: bool = False) -> Normalized:
+              e2e_near: bool = False, measured: bool = False) -> Normalized:
     """The replica count after the dead band, stabilization, reversal, step limits,
     pending pods, bounds and budget; limits report from the softest to the hardest (the
     last that bit is the one reported). ``miss``: the largest measured latency over its
@@ -862,7 +862,7 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
     # fewer replicas with the tolerance to spare).
-    if need > cur * (1.0 + tol):  # from zero replicas: any need
+    if need > cur * (1.0 + tol) or (measured and need > cur):  # from zero replicas: any need
         rec = math.ceil(need - 1e-9)
     elif math.ceil(need * (1.0 + tol) - 1e-9) < cur:
         rec = math.ceil(need * (1.0 + tol) - 1e-9)

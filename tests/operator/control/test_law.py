@@ -1090,6 +1090,21 @@ def test_first_tokens_queueing_past_its_margin_asks_for_the_replicas_that_keep_t
     assert all(x.explanation is not None and x.explanation.need.driver != "queue" for x in ds)
 
 
+def test_first_tokens_queueing_past_its_margin_add_a_replica_inside_the_dead_band() -> None:
+    # Eleven replicas carry 220 req/s. First tokens just past 80% of their objective ask
+    # for a twelfth replica: a need inside the model's 10% dead band (12 <= 11 x 1.1), but
+    # measured, not modelled, so the band that keeps the model's noise from moving the
+    # replicas does not hold it.
+    loop = settled(11, policy=make_policy(max_replicas=50), rate=220.0, arrivals=220.0)
+    assert loop.replicas == 11
+    d = loop.step(rate=220.0, arrivals=220.0, ttft=820.0)
+    e = d.explanation
+    assert e is not None and e.need.driver == "queue"
+    assert e.need.queue_replicas <= 11 * (1.0 + loop.policy.tolerance)
+    assert d.replicas == e.need.queue_replicas == 12
+    assert d.reason == R.LOAD_INCREASED
+
+
 def test_first_tokens_of_a_draining_backlog_ask_for_no_queue_replicas() -> None:
     # A backlog the replicas already there are clearing (fewer waiting at each look)
     # still shows in first tokens: the requests served now waited behind it. That wait
