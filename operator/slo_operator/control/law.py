@@ -857,7 +857,10 @@ def normalize(need: float, cur: int, obs: Observation, policy: ControlPolicy,
     (``queue_replicas``): a scale-in goes no lower than the replicas whose queueing keeps the
     first-token objective (``LatencyHeadroom`` where it holds the scale-in altogether).
     ``e2e_near``: the end-to-end latency is over the planning margin of its objective where
-    the model calls the targets out of reach, which holds any scale-in (``LatencyHeadroom``)."""
+    the model calls the targets out of reach, which holds any scale-in (``LatencyHeadroom``).
+    ``measured``: the need is first tokens' measured queueing (``queue_replicas``), not the
+    model's estimate, so any need above ``cur`` scales out: the dead band is for the
+    model's noise."""
     limited: tuple[str | None, str] = (None, "")
     tol = policy.tolerance
     # Dead band, with hysteresis at small counts (scale down only when the need fits in
