@@ -101,7 +101,7 @@ def exporter() -> Iterator[tuple[Exporter, str]]:
         thread.join(timeout=10)
 
 
-def test_demand_prefix_cache_and_decode_signals_from_real_series(
+def test_demand_prefix_cache_decode_and_prefill_signals_from_real_series(
         prometheus: PrometheusServer, exporter: tuple[Exporter, str]) -> None:  # noqa: F811
     """Two pods at 2 req/s with the gateway, then 40 extra arrivals on one pod between two
     scrapes; a pod of another service without the gateway. Scrapes every second, a 10 s
@@ -140,6 +140,8 @@ def test_demand_prefix_cache_and_decode_signals_from_real_series(
     assert sa.prefix_hit_share == pytest.approx(synthetic.PREFIX_HIT_SHARE, rel=1e-2)
     lo, hi = synthetic.ITL_RANGE
     assert sa.decode_mean_ms == pytest.approx((lo + hi) / 2 * 1000, rel=1e-2)
+    lo, hi = synthetic.PREFILL_RANGE
+    assert sa.prefill_mean_ms == pytest.approx((lo + hi) / 2 * 1000, rel=1e-2)
     # Without the gateway: no arrival signals (not 0), the rest as for any pod.
     assert sb.arrival_rate is None and sb.arrival_peak_rate is None
     assert sb.request_rate == pytest.approx(RATE, rel=0.05)

@@ -37,6 +37,7 @@ from slo_runtime import contract as c
 E2E_RANGE = (0.30, 0.60)
 TTFT_RANGE = (0.02, 0.10)
 ITL_RANGE = (0.010, 0.030)
+PREFILL_RANGE = (0.004, 0.016)  # scheduled to first token: inside TTFT_RANGE's spread
 PROMPT_TOKENS = 200.0  # per request
 GENERATION_TOKENS = 100.0  # per request
 RUNNING = 2.0
@@ -91,6 +92,9 @@ def pod_lines(svc: ServiceSeries, pod: str, rate: float) -> list[tuple[str, floa
         out.append((f'{name}_bucket{{{base},le="+Inf"}}', per_s, True))
         out.append((f"{name}_sum{{{base}}}", per_s * (lo + hi) / 2, True))
         out.append((f"{name}_count{{{base}}}", per_s, True))
+    # vLLM's prefill time: the operator reads its mean only (sum and count).
+    out.append((f"{c.PREFILL_TIME}_sum{{{base}}}", rate * sum(PREFILL_RANGE) / 2, True))
+    out.append((f"{c.PREFILL_TIME}_count{{{base}}}", rate, True))
     out.append((f'{c.REQUEST_SUCCESS}{c.COUNTER_SUFFIX}{{{base},finished_reason="stop"}}',
                 rate, True))
     out.append((f"{c.PROMPT_TOKENS}{c.COUNTER_SUFFIX}{{{base}}}", rate * PROMPT_TOKENS, True))

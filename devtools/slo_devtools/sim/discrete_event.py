@@ -446,6 +446,7 @@ class Replica:
         if r.first_at < 0:
             r.first_at = now
             self.svc.record_ttft(now - r.t)
+            self.svc.record_prefill(now - r.admit_at)
             r.generated = 1
             r.out_left = r.output - 1
             self.svc.gen_tokens += 1
@@ -528,6 +529,9 @@ class Service:
         self.arrivals = 0  # requests arrived (the gateway counts them before admission)
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hits = 0  # of which found cached
+        # vLLM's prefill time (scheduled to first token): its histogram's sum and count.
+        self.prefill_seconds = 0.0
+        self.prefills = 0
         # Ground truth.
         self.finished: list[Finished] = []
         self.itl_bins: dict[int, list[int]] = {}
@@ -551,6 +555,10 @@ class Service:
     # --- metrics ---------------------------------------------------------------------------
     def record_ttft(self, v: float) -> None:
         self.ttft.observe(v)
+
+    def record_prefill(self, v: float) -> None:
+        self.prefill_seconds += max(0.0, v)
+        self.prefills += 1
 
     def record_itl(self, v: float, n: int, now: float) -> None:
         self.itl.observe(v, n)

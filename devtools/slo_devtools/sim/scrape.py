@@ -51,6 +51,8 @@ class Sample:
     arrivals: float
     prefix_queries: float
     prefix_hits: float
+    prefill_seconds: float
+    prefills: float
     engine_waiting: float
     waiting: float
     running: float
@@ -80,7 +82,8 @@ class Scraper:
                        svc.tpot.snapshot(), svc.answers.snapshot(), float(svc.requests_done),
                        float(svc.prompt_tokens), float(svc.gen_tokens), float(svc.preemptions),
                        float(svc.arrivals),
-                       float(svc.prefix_queries), float(svc.prefix_hits), ew, w, run, kv,
+                       float(svc.prefix_queries), float(svc.prefix_hits),
+                       svc.prefill_seconds, float(svc.prefills), ew, w, run, kv,
                        tuple(svc.per_replica()))
             self.samples[name].append(s)
             self.times[name].append(now)
@@ -213,6 +216,7 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
     state = MetricsState.OK if e2e is not None else MetricsState.NO_TRAFFIC
     p = scr.pair(name, now, window)
     queried = p[1].prefix_queries - p[0].prefix_queries if p else 0.0
+    prefills = p[1].prefills - p[0].prefills if p else 0.0
     decode = scr.mean(name, "tpot", now, window)
     if decode is None:
         decode = scr.mean(name, "itl", now, window)
@@ -237,6 +241,8 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
         prefix_hit_share=(p[1].prefix_hits - p[0].prefix_hits) / queried
         if p and queried > 0 else None,
         decode_mean_ms=None if decode is None else decode * 1e3,
+        prefill_mean_ms=(p[1].prefill_seconds - p[0].prefill_seconds) / prefills * 1e3
+        if p and prefills > 0 else None,
         answer_tail_tokens=scr.quantile(name, "answers", pct.e2e, now, window,
                                         read=quantile_floor),
     )

@@ -70,6 +70,7 @@ class Signals:
     arrival_peak_rate: float | None = None  # highest short-window arrival rate in the window
     prefix_hit_share: float | None = None  # share of prompt tokens found in the prefix cache
     decode_mean_ms: float | None = None  # mean time per output token over the window
+    prefill_mean_ms: float | None = None  # mean prefill time (scheduled to first token)
     # Answers' length in tokens at the end-to-end percentile, at least: the lower bound of
     # the generation-token histogram's bucket holding that rank (slo.histogram).
     answer_tail_tokens: float | None = None

@@ -6,7 +6,8 @@ a value and why:
 
 1. ``learn_model``: the request shape (prompt, output, prefix-cache share) and the
    replicas' speed relative to the seed step times, learnt from the measured mean time
-   per output token at whatever load the replicas run;
+   per output token at whatever load the replicas run (with the model's errors on that
+   time and on vLLM's measured prefill time, reported);
 2. ``estimate_demand``: arrivals (the gateway's count before admission, else finished
    requests plus the queue's change), burst headroom and the backlog;
 3. ``estimate_need``: replicas for the demand at the model's SLO-feasible batch, corrected
@@ -132,6 +133,8 @@ class Model:
     cached: float  # share of prompt tokens found in the prefix cache
     error: float | None  # measured / predicted mean time per output token, before learning
     weight: float = SHAPE_ALPHA_MAX  # how far this cycle's window moved the request shape
+    # Measured / predicted mean prefill time (``prefill_error``): reported, not learnt.
+    prefill_error: float | None = None
 
     @property
     def long_tail(self) -> bool:
@@ -380,6 +383,8 @@ def decide(obs: Observation, policy: ControlPolicy, state: ControlState, now: fl
         speed_key=model.speed_key,
         speed_samples=model.speed_samples,
         model_error=model.error if model.error is not None else state.model_error,
+        prefill_error=model.prefill_error if model.prefill_error is not None
+        else state.prefill_error,
         correction=need.correction,
         limit_bias=move.bias,
         limits=limits,
@@ -449,9 +454,12 @@ def learn_model(obs: Observation, policy: ControlPolicy, state: ControlState) ->
         ratio = seed.step_ms(b, context=decode_context(prompt, output)) / measured + share
         ratio = max(SPEED_MIN, min(SPEED_MAX, ratio))
         speed, samples = (1 - SPEED_ALPHA) * speed + SPEED_ALPHA * ratio, samples + 1
-    return Model(steps=seed.scaled(speed), speed=speed, speed_samples=samples, speed_key=key,
+    steps = seed.scaled(speed)
+    return Model(steps=steps, speed=speed, speed_samples=samples, speed_key=key,
                  prompt=prompt, output=output, answer_tail=answer_tail, cached=cached,
-                 error=error, weight=weight)
+                 error=error, weight=weight,
+                 prefill_error=prefill_error(obs, steps, prompt, output, cached,
+                                             lam * policy.window_s))
 
 
 def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: float,
@@ -469,6 +477,39 @@ def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: flo
     lam = max(0.0, s.request_rate or 0.0)
     share = min(0.9, lam / serving * seed.prefill_request_ms(prompt, cached) / 1000.0)
     return m, batch, share
+
+
+def prefill_error(obs: Observation, st: StepTimes, prompt: float, output: float,
+                  cached: float, requests: float) -> float | None:
+    """vLLM's measured mean prefill time (scheduled to first token) over what the model
+    ``st`` predicts for the mean prompt, on warm replicas; None when this cycle cannot
+    say (the rules of the speed's learning).
+
+    A prompt of ``q`` uncached tokens goes through ``max(1, q / (chunk - b))`` engine
+    steps beside ``b`` decoding sequences (the decode tokens take ``b`` of the chunk
+    budget; one step where no budget is known) and costs its own prefill work ``w``;
+    prompts admitted together share the steps, so at a prefill share ``f`` of the
+    replica's time (the rate per replica times ``w``) the time stretches by
+    ``1 / (1 - f)``, as a processor-shared server's does. ``b`` is Little's law over the
+    window, as in ``_implied_speed``. The error is reported (explanation and status), not
+    learnt: it mixes the prompts' work with their queueing behind each other
+    (docs/slo-loop.md, "Prefill error").
+    """
+    r, s = obs.replicas, obs.signals
+    serving = r.serving
+    if r.warming or r.starting or serving <= 0 or requests < SPEED_MIN_REQUESTS:
+        return None
+    m, dm, gen = s.prefill_mean_ms, s.decode_mean_ms, s.generation_tokens_rate
+    if m is None or not math.isfinite(m) or m <= 0:
+        return None
+    b = max(1.0, gen * dm / 1000.0 / serving) if gen and dm and gen > 0 and dm > 0 else 1.0
+    chunk = obs.max_num_batched_tokens
+    steps = max(1.0, prompt * (1.0 - cached) / max(1.0, chunk - b)) if chunk else 1.0
+    work = st.prefill_request_ms(prompt, cached)
+    alone = steps * st.step_ms(b, context=decode_context(prompt, output)) + work
+    share = min(0.9, max(0.0, s.request_rate or 0.0) / serving * work / 1000.0)
+    predicted = alone / (1.0 - share)
+    return m / predicted if predicted > 0 else None
 
 
 # --- 2. demand ----------------------------------------------------------------------------
@@ -1313,6 +1354,8 @@ def format_explanation(e: Explanation) -> str:
     source = "arriving" if d.source == "gateway" else "finished+queue"
     burst = f"+{d.burst:.2f} {d.burst_kind}" if d.burst_kind != "none" else "+0 burst"
     err = f", model error {m.error:.2f}" if m.error is not None else ""
+    if m.prefill_error is not None:
+        err += f", prefill error {m.prefill_error:.2f}"
     cache = f", {m.cached:.0%} cached" if m.cached > 0 else ""
     if m.long_tail:
         cache += f", tail answers over {m.answer_tail:.0f} tokens"

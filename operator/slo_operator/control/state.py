@@ -36,6 +36,7 @@ class ControlState:
     speed_key: str = ""  # hardware/precision the speed was learnt on
     speed_samples: int = 0
     model_error: float | None = None  # measured / predicted time per output token, last seen
+    prefill_error: float | None = None  # measured / predicted mean prefill time, last seen
     correction: float = 1.0  # feedback multiplier on the replica need from the SLO error
     limit_bias: float = 1.0  # multiplier on the model's batch limit from the SLO error
     limits: tuple[tuple[float, int], ...] = ()  # (time, limit) of the last limit changes
@@ -88,6 +89,8 @@ class ControlState:
             "speedKey": self.speed_key,
             "speedSamples": self.speed_samples,
             "modelError": None if self.model_error is None else round(self.model_error, 3),
+            "prefillError": None if self.prefill_error is None
+            else round(self.prefill_error, 3),
             "correction": round(self.correction, 4),
             "limitBias": round(self.limit_bias, 4),
             "limits": [[_r(t), n] for t, n in self.limits],
@@ -130,6 +133,7 @@ class ControlState:
             speed_key=str(data.get("speedKey") or ""),
             speed_samples=max(0, _int(data.get("speedSamples")) or 0),
             model_error=_num(data.get("modelError"), lo=0.0),
+            prefill_error=_num(data.get("prefillError"), lo=0.0),
             correction=_num(data.get("correction"), lo=0.1, hi=10.0) or 1.0,
             limit_bias=_num(data.get("limitBias"), lo=0.001, hi=1000.0) or 1.0,
             limits=_pairs(data.get("limits"), int)[-MAX_LIMITS:],

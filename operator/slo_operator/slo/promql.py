@@ -111,6 +111,9 @@ THROUGHPUT_SIGNALS = (
     ("arrivals", GATEWAY_ARRIVALS),  # requests arriving at the gateway, before admission
     ("prefix_queries", c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX),  # prompt tokens looked up
     ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX),  # prompt tokens found cached
+    # vLLM's prefill time (scheduled to first token): its sum and count, for the mean.
+    ("prefill_seconds", c.PREFILL_TIME + "_sum"),
+    ("prefills", c.PREFILL_TIME + "_count"),
 )
 # The ``throughput`` query's row of arrivals over the window's last half (``recent_range_s``).
 ARRIVALS_RECENT = "arrivals_recent"

@@ -20,6 +20,8 @@ Input is what the Prometheus HTTP API returns for an instant query (a list of
 - ``prefix_hit_share`` is prefix-cache hits over lookups (prompt tokens), in 0..1, ``None``
   when nothing was looked up; ``decode_mean_ms`` is the decode histogram's sum rate over
   its count rate (the ``+Inf`` bucket) for the source the jitter reads;
+  ``prefill_mean_ms`` is vLLM's prefill time (scheduled to first token) sum rate over its
+  count rate, ``None`` while no prefill finished;
 - ``answer_tail_tokens`` is a length the answers' percentile at the policy's end-to-end
   percentile is not below: the lower bound of the generation-token bucket holding that
   rank (``histogram.quantile_floor``; vLLM's buckets are 1, 2, 5, 10, ... tokens wide).
@@ -293,6 +295,8 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),
                                 _pick(tp, "signal", "prefix_queries", w)),
         decode_mean_ms=decode_mean_ms,
+        prefill_mean_ms=_mean_ms(_pick(tp, "signal", "prefill_seconds", w),
+                                 _pick(tp, "signal", "prefills", w)),
         answer_tail_tokens=answer_tail,
     )
     idle = (request_rate is None or request_rate == 0) and not waiting and not running
@@ -324,6 +328,15 @@ def _decode_mean_ms(h: tuple[str, list[tuple[float, float]], float | None] | Non
     if count <= 0 or h[2] < 0:
         return None
     mean = h[2] / count * 1000.0
+    return mean if math.isfinite(mean) else None
+
+
+def _mean_ms(seconds: float | None, count: float | None) -> float | None:
+    """Mean of a histogram in milliseconds from its sum and count rates; None when either
+    is unknown, the count is 0 or the sum negative."""
+    if seconds is None or count is None or count <= 0 or seconds < 0:
+        return None
+    mean = seconds / count * 1000.0
     return mean if math.isfinite(mean) else None
 
 

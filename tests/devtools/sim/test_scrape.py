@@ -53,6 +53,8 @@ def test_window_reads_are_increases_between_scrapes() -> None:
     assert obs.batch_limit == svc.limit == 256
     # Requests never overlap: the mean time per output token is a batch-1 decode step.
     assert obs.signals.decode_mean_ms == pytest.approx(step_model().decode_ms(1, 203), rel=1e-3)
+    # Admitted on arrival to an idle replica: every prefill is the one step of its prompt.
+    assert obs.signals.prefill_mean_ms == pytest.approx(step_model().prefill_ms(200), rel=1e-3)
     assert obs.signals.prefix_hit_share == 0.0  # looked up, nothing shared
 
 

@@ -48,15 +48,15 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
                  prompt: float = PROMPT, output: float = OUTPUT,
                  arrivals: float | None = None, peak: float | None = None,
                  recent: float | None = None, hit: float | None = None,
-                 decode_ms: float | None = None,
+                 decode_ms: float | None = None, prefill_ms: float | None = None,
                  kv: float | None = None, preemptions: float | None = None,
                  pods: int | None = None, answer_tail: float | None = None,
                  jitter: float | None = None) -> Signals:
     """One window's signals: ``rate`` finished requests per second of ``prompt`` +
     ``output`` tokens; ``arrivals``, ``recent`` (the window's last half) and ``peak`` are
     the gateway's counts (None: no gateway), ``hit`` the prefix-cache share, ``decode_ms``
-    the mean time per output token, ``answer_tail`` the answers' tail read from vLLM's
-    generation-token buckets."""
+    the mean time per output token, ``prefill_ms`` vLLM's mean prefill time,
+    ``answer_tail`` the answers' tail read from vLLM's generation-token buckets."""
     r = rate or 0.0
     return Signals(
         state=state, e2e_ms=e2e, ttft_ms=ttft, itl_ms=itl, request_rate=rate,
@@ -64,7 +64,8 @@ def make_signals(*, rate: float | None = 10.0, e2e: float | None = 4_000.0,
         else r * output, waiting=waiting, running=running, sample_time=T0,
         arrival_rate=arrivals, arrival_recent_rate=recent, arrival_peak_rate=peak,
         prefix_hit_share=hit,
-        decode_mean_ms=decode_ms, kv_usage=kv, preemptions_rate=preemptions, pods=pods,
+        decode_mean_ms=decode_ms, prefill_mean_ms=prefill_ms, kv_usage=kv,
+        preemptions_rate=preemptions, pods=pods,
         answer_tail_tokens=answer_tail, jitter=jitter,
     )
 
@@ -128,6 +129,19 @@ def decode_time(steps: StepTimes, per_replica: float, limit: float, *,
         b = max(1.0, min(limit, per_replica * output * m / 1000.0))
         m = steps.step_ms(b, context=ctx) / (1.0 - f)
     return m, max(1.0, min(limit, per_replica * output * m / 1000.0))
+
+
+def prefill_time(steps: StepTimes, per_replica: float, decode_ms: float, *,
+                 prompt: float = PROMPT, output: float = OUTPUT) -> float:
+    """Mean prefill time (ms) of a replica with step times ``steps`` finishing
+    ``per_replica`` requests per second whose tokens take ``decode_ms`` each, as the law's
+    model reads it with no chunk budget known: one step beside the decode batch (Little's
+    law) plus the prompt's own work, stretched by ``1 / (1 - f)`` at the prefill share
+    ``f`` of the replica's time."""
+    b = max(1.0, per_replica * output * decode_ms / 1000.0)
+    work = steps.prefill_request_ms(prompt)
+    share = min(0.9, per_replica * work / 1000.0)
+    return (steps.step_ms(b, context=decode_context(prompt, output)) + work) / (1.0 - share)
 
 
 def history(n: int, *, since: float, until: float = T0, step: float = 15.0

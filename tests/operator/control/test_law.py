@@ -64,6 +64,7 @@ from tests.operator.control.control_support import (
     make_policy,
     make_signals,
     make_state,
+    prefill_time,
 )
 
 SEED = DEFAULT_STEP_TIMES  # what make_obs's H200/bf16 service is seeded with
@@ -808,9 +809,36 @@ def test_speed_is_learnt_at_low_load_from_the_mean_decode_time() -> None:
 ], ids=["warming", "starting", "none-ready", "too-few-requests"])
 def test_cold_replicas_and_thin_windows_do_not_teach_the_speed(obs: dict[str, Any]) -> None:
     m, _ = decode_time(SEED.scaled(1 / SLOWER), 5.0, 64)
-    ds = Loop(replicas=2).run(200, **{"rate": 10.0, "decode_ms": m, **obs})
+    p = 3 * prefill_time(SEED, 5.0, m)
+    ds = Loop(replicas=2).run(200, **{"rate": 10.0, "decode_ms": m, "prefill_ms": p, **obs})
     assert {(d.explanation.model.speed, d.explanation.model.speed_samples,
-             d.explanation.model.error) for d in ds if d.explanation} == {(1.0, 0, None)}
+             d.explanation.model.error, d.explanation.model.prefill_error)
+            for d in ds if d.explanation} == {(1.0, 0, None, None)}
+
+
+@pytest.mark.parametrize("slower", [2.0, 0.6], ids=["dearer-prompts", "cheaper-prompts"])
+def test_the_prefill_error_is_reported_and_moves_no_replica(slower: float,
+                                                            golden: Any) -> None:
+    """Prompts take ``slower`` times the model's prefill work: each decision reports that
+    much error on the mean prefill time, in the explanation and in the state, and decides
+    as a loop that measures no prefill time does."""
+    rate, replicas = 10.0, 2
+    m, _ = decode_time(SEED, rate / replicas, 64)
+    dearer = replace(SEED, prefill_ms_per_token=SEED.prefill_ms_per_token * slower,
+                     attn_ms_per_token2=SEED.attn_ms_per_token2 * slower)
+    p = prefill_time(dearer, rate / replicas, m)
+    measured = Loop(replicas=replicas).run(10 * CYCLE, rate=rate, decode_ms=m, prefill_ms=p)
+    unmeasured = Loop(replicas=replicas).run(10 * CYCLE, rate=rate, decode_ms=m)
+    want = p / prefill_time(SEED, rate / replicas, m)
+    assert (want > 1.2) == (slower > 1)  # the spread this test tells apart
+    errors = [d.explanation.model.prefill_error for d in measured if d.explanation]
+    assert errors == pytest.approx([want] * len(measured), rel=1e-6)
+    assert measured[-1].state.prefill_error == pytest.approx(want, rel=1e-6)
+    assert {d.explanation.model.prefill_error for d in unmeasured if d.explanation} == {None}
+    assert [(d.replicas, d.batch_limit) for d in measured] == [
+        (d.replicas, d.batch_limit) for d in unmeasured]
+    if slower > 1:
+        golden.check("control", "law.decision.prefill-error", measured[-1].message)
 
 
 def test_a_new_gpu_type_starts_from_the_seed_speed() -> None:

@@ -19,7 +19,7 @@ FULL = ControlState(
     last_good_replicas=3, last_good_limit=48, last_good_time=T0,
     recommendations=((T0 - 10.12345, 3),), history_since=T0 - 600.5,
     last_scale_time=T0 - 30.0, last_scale_direction=-1,
-    speed=1.23456, speed_key="H200/bf16", speed_samples=7,
+    speed=1.23456, speed_key="H200/bf16", speed_samples=7, prefill_error=1.41421,
     correction=1.55556, limit_bias=0.77777,
     limits=((T0 - 5.0, 48),), rates=((T0 - 15.0, 12.34567),), loads=((T0 - 15.0, 2.54321),),
     prompt_tokens=500.12345, output_tokens=200.5, answer_tail=1000.0, last_waiting=3.0,
@@ -32,7 +32,7 @@ WIRE = {
     "recommendations": [[1_799_999_989.877, 3]],
     "historySince": T0 - 600.5,
     "lastScale": {"time": T0 - 30.0, "direction": -1},
-    "speed": 1.2346, "speedKey": "H200/bf16", "speedSamples": 7,
+    "speed": 1.2346, "speedKey": "H200/bf16", "speedSamples": 7, "prefillError": 1.414,
     "correction": 1.5556, "limitBias": 0.7778,
     "limits": [[T0 - 5.0, 48]], "rates": [[T0 - 15.0, 12.3457]], "loads": [[T0 - 15.0, 2.5432]],
     "promptTokens": 500.123, "outputTokens": 200.5, "answerTailTokens": 1000.0,
@@ -50,7 +50,8 @@ def test_every_field_is_written_rounded() -> None:
 
 def test_every_field_is_read_back() -> None:
     assert ControlState.from_dict(WIRE) == replace(
-        FULL, recommendations=((1_799_999_989.877, 3),), speed=1.2346, correction=1.5556,
+        FULL, recommendations=((1_799_999_989.877, 3),), speed=1.2346, prefill_error=1.414,
+        correction=1.5556,
         limit_bias=0.7778, rates=((T0 - 15.0, 12.3457),), loads=((T0 - 15.0, 2.5432),),
         prompt_tokens=500.123)
 
@@ -159,7 +160,8 @@ def conforms(value: Any, hint: Any) -> bool:
 FULL_WIRE = {
     "v": 1, "lastGood": {"replicas": 3, "limit": 48, "time": T0},
     "recommendations": [[T0, 3]], "historySince": T0, "lastScale": {"time": T0, "direction": 1},
-    "speed": 1.5, "speedKey": "H200/bf16", "speedSamples": 4, "correction": 1.2,
+    "speed": 1.5, "speedKey": "H200/bf16", "speedSamples": 4, "prefillError": 0.8,
+    "correction": 1.2,
     "limitBias": 0.9, "limits": [[T0, 48]], "rates": [[T0, 2]], "loads": [[T0, 1.5]],
     "promptTokens": 500,
     "outputTokens": 200, "answerTailTokens": 500, "lastWaiting": 1, "lastTime": T0,
@@ -168,7 +170,8 @@ FULL_WIRE = {
 JUNK_WIRE = {
     "lastGood": {"replicas": 2.0, "limit": "48", "time": "x"}, "recommendations": "x",
     "lastScale": {"time": True, "direction": 7.0}, "speed": "fast", "speedKey": 3,
-    "speedSamples": 2.5, "correction": None, "limitBias": [], "limits": [[1, 2.5]],
+    "speedSamples": 2.5, "prefillError": "slow", "correction": None, "limitBias": [],
+    "limits": [[1, 2.5]],
     "rates": [[1, True]], "loads": [["x", 1]], "promptTokens": -1, "outputTokens": float("inf"),
     "answerTailTokens": "long",
     "lastWaiting": "3", "lastTime": float("nan"), "extra": ["x"],

@@ -131,11 +131,13 @@ def test_range_queries_list_windows_shortest_first() -> None:
             assert at == sorted(at), q.name
 
 
-def test_throughput_reads_arrivals_and_the_prefix_cache_by_their_contract_names() -> None:
+def test_throughput_reads_arrivals_the_prefix_cache_and_prefill_time_by_contract_names() -> None:
     by = {q.name: q.expr for q in build_queries([60]).queries}
     for signal, name in (("arrivals", c.GATEWAY_ARRIVALS + c.COUNTER_SUFFIX),
                          ("prefix_queries", c.PREFIX_CACHE_QUERIES + c.COUNTER_SUFFIX),
-                         ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX)):
+                         ("prefix_hits", c.PREFIX_CACHE_HITS + c.COUNTER_SUFFIX),
+                         ("prefill_seconds", c.PREFILL_TIME + "_sum"),
+                         ("prefills", c.PREFILL_TIME + "_count")):
         assert (f"rate({name}{{namespace!=\"\", service!=\"\"}}[60s])), \"window\", "
                 f"\"60s\", \"\", \"\"), \"signal\", \"{signal}\"") in by["throughput"]
 

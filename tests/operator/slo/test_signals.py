@@ -389,6 +389,27 @@ def test_decode_mean_is_not_observed_without_a_sum_and_a_count(decode: list[Any]
     assert parse({**minimal(), "decode": decode}).decode_mean_ms is None
 
 
+@pytest.mark.parametrize(("seconds", "count", "want"), [
+    pytest.param(1.5, 3.0, 500.0, id="sum-rate-over-count-rate"),
+    pytest.param(0.0, 3.0, 0.0, id="instant-prefills"),
+    pytest.param(1.5, 0.0, None, id="no-prefill-finished"),
+    pytest.param(None, 3.0, None, id="sum-missing"),
+    pytest.param(1.5, None, None, id="count-missing"),
+    pytest.param("NaN", 3.0, None, id="nan-sum"),
+    pytest.param(-1.0, 3.0, None, id="negative-sum"),
+])
+def test_prefill_mean_is_vllms_prefill_time_sum_rate_over_its_count_rate(
+        seconds: Any, count: float | None, want: float | None) -> None:
+    results = minimal()
+    if seconds is not None:
+        results["throughput"].append(row(seconds, signal="prefill_seconds", window="60s"))
+    if count is not None:
+        results["throughput"].append(row(count, signal="prefills", window="60s"))
+    results["throughput"].append(row(9.0, signal="prefill_seconds", window="300s"))
+    got = parse(results).prefill_mean_ms
+    assert got == (pytest.approx(want) if want is not None else None)
+
+
 # --- many services, hostile and long names ----------------------------------------------------
 
 
