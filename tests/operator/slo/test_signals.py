@@ -112,6 +112,17 @@ def parse(results: dict[str, Any], spec: SignalSpec | None = None) -> Signals:
     return parse_signals(PLAN, results, {SVC: spec or SignalSpec()}, NOW)[SVC]
 
 
+def with_throughput(**signals: Any) -> Signals:
+    """``minimal()`` with these ``throughput`` rows of the 60 s window (None: no row), and
+    a row of each in the 300 s window, which must not be read."""
+    results = minimal()
+    for name, value in signals.items():
+        if value is not None:
+            results["throughput"].append(row(value, signal=name, window="60s"))
+        results["throughput"].append(row(7.0, signal=name, window="300s"))
+    return parse(results)
+
+
 # --- states and values -----------------------------------------------------------------------
 
 
@@ -351,13 +362,7 @@ def test_arrival_peak_is_never_below_the_window_mean(peak: Any, mean: float | No
 ])
 def test_prefix_hit_share_is_hits_over_lookups(hits: float | None, queries: Any,
                                                want: float | None) -> None:
-    results = minimal()
-    if hits is not None:
-        results["throughput"].append(row(hits, signal="prefix_hits", window="60s"))
-    if queries is not None:
-        results["throughput"].append(row(queries, signal="prefix_queries", window="60s"))
-    results["throughput"].append(row(1.0, signal="prefix_hits", window="300s"))
-    got = parse(results).prefix_hit_share
+    got = with_throughput(prefix_hits=hits, prefix_queries=queries).prefix_hit_share
     assert got == (pytest.approx(want) if want is not None else None)
 
 
@@ -400,13 +405,7 @@ def test_decode_mean_is_not_observed_without_a_sum_and_a_count(decode: list[Any]
 ])
 def test_prefill_mean_is_vllms_prefill_time_sum_rate_over_its_count_rate(
         seconds: Any, count: float | None, want: float | None) -> None:
-    results = minimal()
-    if seconds is not None:
-        results["throughput"].append(row(seconds, signal="prefill_seconds", window="60s"))
-    if count is not None:
-        results["throughput"].append(row(count, signal="prefills", window="60s"))
-    results["throughput"].append(row(9.0, signal="prefill_seconds", window="300s"))
-    got = parse(results).prefill_mean_ms
+    got = with_throughput(prefill_seconds=seconds, prefills=count).prefill_mean_ms
     assert got == (pytest.approx(want) if want is not None else None)
 
 
