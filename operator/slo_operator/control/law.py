@@ -508,8 +508,8 @@ def prefill_error(obs: Observation, st: StepTimes, prompt: float, output: float,
     work = st.prefill_request_ms(prompt, cached)
     alone = steps * st.step_ms(b, context=decode_context(prompt, output)) + work
     share = min(0.9, max(0.0, s.request_rate or 0.0) / serving * work / 1000.0)
-    predicted = alone / (1.0 - share)
-    return m / predicted if predicted > 0 else None
+    error = m / (alone / (1.0 - share)) if alone > 0 else math.inf
+    return error if math.isfinite(error) else None
 
 
 # --- 2. demand ----------------------------------------------------------------------------

@@ -1235,7 +1235,7 @@ def observations(draw: st.DrawFn, now: float = T0) -> Observation:
     floats: dict[str, Any] = {name: draw(anything) for name in (
         "e2e_ms", "ttft_ms", "itl_ms", "jitter", "request_rate", "prompt_tokens_rate",
         "generation_tokens_rate", "waiting", "running", "preemptions_rate", "arrival_rate",
-        "arrival_peak_rate", "prefix_hit_share", "decode_mean_ms")}
+        "arrival_peak_rate", "prefix_hit_share", "decode_mean_ms", "prefill_mean_ms")}
     sig = Signals(state=draw(st.sampled_from(list(MetricsState))),
                   kv_usage=draw(st.one_of(st.none(), st.floats(min_value=0, max_value=1))),
                   **floats)
