@@ -466,17 +466,35 @@ def _implied_speed(obs: Observation, seed: StepTimes, prompt: float, output: flo
                    cached: float, requests: float) -> tuple[float, float, float] | None:
     """(measured ms per output token, mean decode batch, prefill share at seed speed) of
     warm replicas, or None when this cycle cannot say."""
-    r, s = obs.replicas, obs.signals
-    serving = r.serving
-    if r.warming or r.starting or serving <= 0 or requests < SPEED_MIN_REQUESTS:
-        return None  # cold replicas would read as slow ones; few requests, a noisy mean
-    m, gen = s.decode_mean_ms, s.generation_tokens_rate
-    if m is None or gen is None or not math.isfinite(m) or m <= 0 or gen <= 0:
+    s = obs.signals
+    serving = _teaching(obs, requests)
+    decode = _decode(s, serving) if serving else None
+    if decode is None:
         return None
-    batch = max(1.0, gen * m / 1000.0 / serving)
+    m, batch = decode
     lam = max(0.0, s.request_rate or 0.0)
     share = min(0.9, lam / serving * seed.prefill_request_ms(prompt, cached) / 1000.0)
     return m, batch, share
+
+
+def _teaching(obs: Observation, requests: float) -> int:
+    """Serving replicas whose window may teach the model, 0 when it may not: a replica
+    warming or starting would read as a slow one, and fewer than ``SPEED_MIN_REQUESTS``
+    requests make a noisy mean."""
+    r = obs.replicas
+    if r.warming or r.starting or requests < SPEED_MIN_REQUESTS:
+        return 0
+    return max(0, r.serving)
+
+
+def _decode(sig: Signals, serving: int) -> tuple[float, float] | None:
+    """(measured ms per output token, mean decode batch of a replica), the batch by
+    Little's law (generated tokens per second x time per token), or None."""
+    m, gen = sig.decode_mean_ms, sig.generation_tokens_rate
+    if m is None or gen is None or not (math.isfinite(m) and math.isfinite(gen)) \
+            or m <= 0 or gen <= 0:
+        return None
+    return m, max(1.0, gen * m / 1000.0 / serving)
 
 
 def prefill_error(obs: Observation, st: StepTimes, prompt: float, output: float,
@@ -495,14 +513,13 @@ def prefill_error(obs: Observation, st: StepTimes, prompt: float, output: float,
     learnt: it mixes the prompts' work with their queueing behind each other
     (docs/slo-loop.md, "Prefill error").
     """
-    r, s = obs.replicas, obs.signals
-    serving = r.serving
-    if r.warming or r.starting or serving <= 0 or requests < SPEED_MIN_REQUESTS:
+    s = obs.signals
+    serving = _teaching(obs, requests)
+    m = s.prefill_mean_ms
+    if not serving or m is None or not math.isfinite(m) or m <= 0:
         return None
-    m, dm, gen = s.prefill_mean_ms, s.decode_mean_ms, s.generation_tokens_rate
-    if m is None or not math.isfinite(m) or m <= 0:
-        return None
-    b = max(1.0, gen * dm / 1000.0 / serving) if gen and dm and gen > 0 and dm > 0 else 1.0
+    decode = _decode(s, serving)
+    b = decode[1] if decode is not None else 1.0
     chunk = obs.max_num_batched_tokens
     steps = max(1.0, prompt * (1.0 - cached) / max(1.0, chunk - b)) if chunk else 1.0
     work = st.prefill_request_ms(prompt, cached)
