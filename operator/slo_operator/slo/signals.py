@@ -322,13 +322,9 @@ def _decode_mean_ms(h: tuple[str, list[tuple[float, float]], float | None] | Non
     """Mean of the decode histogram: its sum rate over its count rate (the ``+Inf``
     bucket's rate is the count's, and ``_histogram`` only returns a source where it is
     above 0)."""
-    if h is None or h[2] is None:
+    if h is None:
         return None
-    count = max((v for le, v in h[1] if math.isinf(le)), default=0.0)
-    if count <= 0 or h[2] < 0:
-        return None
-    mean = h[2] / count * 1000.0
-    return mean if math.isfinite(mean) else None
+    return _mean_ms(h[2], max((v for le, v in h[1] if math.isinf(le)), default=0.0))
 
 
 def _mean_ms(seconds: float | None, count: float | None) -> float | None:
