@@ -123,3 +123,26 @@ def test_bench_rejects_a_malformed_trace_file_with_its_line_without_a_traceback(
     assert f"{bad}, line 3, field 'input_length': must be a whole number >= 0, got 'ten'" \
         in r.output
     assert isinstance(r.exception, SystemExit)
+
+
+@pytest.mark.parametrize("traffic", [True, False])
+def test_bench_refuses_an_out_it_cannot_create_before_simulating(
+        tmp_path: Path, traffic: bool) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = (["--trace-file", str(_small_trace(tmp_path / "mine.jsonl"))] if traffic
+            else ["--trace", "ramp", "--targets", "strict", "--fleet", "x1.0"])
+    r = CliRunner().invoke(operator_main, ["bench", *args, "--out", str(blocker / "report")])
+    assert r.exit_code == 2, r.output
+    assert f"--out: cannot create {blocker / 'report'}" in r.output
+    assert "Traceback" not in r.output and "replayed" not in r.output
+
+
+def test_demo_refuses_an_out_it_cannot_create_before_starting_anything(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = CliRunner().invoke(operator_main, ["demo", "--out", str(blocker / "results"),
+                                           "--duration", "1"])
+    assert r.exit_code == 2, r.output
+    assert f"--out: cannot create {(blocker / 'results').resolve()}" in r.output
+    assert "Traceback" not in r.output

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.live import Live
 
 from slo_devtools.demo import scenario, timeline, truth, view
+from slo_devtools.demo.scenario import ScenarioError
 from slo_devtools.demo.build import ensure_binaries, format_duration
 from slo_devtools.demo.plots import plot_all
 from slo_devtools.demo.replay import Replay, Target
@@ -89,7 +90,10 @@ def run_demo(opts: Options, console: Console) -> Result:
     manifests = scenario.manifests(tenants)
     traces = {t.service: scenario.load(t, opts.speed, opts.duration) for t in tenants}
     out = (opts.out or default_out(dt.datetime.now(dt.UTC))).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ScenarioError(f"--out: cannot create {out}: {err.strerror or err}") from err
     console.print(f"[bold]slo-operator demo[/]: results will be written to {out}")
     with _logs_to(out / "demo.log"):
         return _run(opts, console, out, traces, manifests, t_start)

@@ -80,8 +80,18 @@ def compute(traces: Sequence[str], target_sets: Sequence[str], seed: int = 0, jo
     return _compute(_items(traces, target_sets, fleets), seed, jobs, tick)
 
 
+def writable(out: Path) -> None:
+    """Create the report's folder before any simulating, so a long run never ends in a
+    report it cannot write."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out: cannot create {out}: {err.strerror or err}") from err
+
+
 def _report(items: Sequence[Item], out: Path, seed: int, jobs: int) -> Path:
     """Compute with a progress bar, then write the report and plots to ``out``."""
+    writable(out)
     cpu0 = time.process_time()
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn())
@@ -137,6 +147,7 @@ def run_fleet(target_sets: Sequence[str], out: Path, seed: int = 0) -> Path:
     """The mixed-fleet scenario for each target set, with a progress bar; its section is
     written into ``out/report.md`` (replacing the previous one, other sections kept)."""
     check([], target_sets)
+    writable(out)
     cpu0 = time.process_time()
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn())
@@ -154,6 +165,7 @@ def run_scale_to_zero(target_sets: Sequence[str], out: Path, seed: int = 0) -> P
     """The scale-to-zero scenario (many models, mostly idle) for each target set, with a
     progress bar; written to ``out/scale-to-zero.md`` (the main report is untouched)."""
     check([], target_sets)
+    writable(out)
     runs = scale_to_zero.settings()
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn())

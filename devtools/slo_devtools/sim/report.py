@@ -12,6 +12,7 @@ with the gap to the lower bound stated.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -199,6 +200,21 @@ def section_name(res: WorkloadResult) -> str:
     return stem if res.fleet == PROFILE_FLEET else f"{stem}-{res.fleet}"
 
 
+# File systems allow 255 bytes a name; a trace file's name and its tenants' names are the
+# user's, so a plot's name is cut well below that, with a digest keeping names apart.
+PLOT_NAME_MAX = 120
+
+
+def plot_name(res: WorkloadResult, tenant: str) -> str:
+    """The PNG's file name for one tenant of a section, at most :data:`PLOT_NAME_MAX`
+    characters (a long one keeps its start and gains a digest of the whole)."""
+    stem = f"{section_name(res)}-{tenant}"
+    if len(stem) + len(".png") <= PLOT_NAME_MAX:
+        return f"{stem}.png"
+    digest = hashlib.sha256(stem.encode()).hexdigest()[:10]
+    return f"{stem[:PLOT_NAME_MAX - len(digest) - len('-.png')]}-{digest}.png"
+
+
 def plot(res: WorkloadResult, out: Path) -> list[str]:
     """One PNG per tenant: load, replicas, P99 e2e and P95 TTFT per window vs target."""
     import matplotlib
@@ -239,7 +255,7 @@ def plot(res: WorkloadResult, out: Path) -> list[str]:
         ax[3].set_xlabel("minutes")
         ax[2].legend(fontsize=8)
         fig.tight_layout()
-        name = f"{section_name(res)}-{t.name}.png"
+        name = plot_name(res, t.name)
         fig.savefig(out / name, dpi=90)
         plt.close(fig)
         files.append(name)

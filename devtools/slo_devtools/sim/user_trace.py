@@ -430,7 +430,9 @@ def tenant_name(value: object, name: str, line: int, col: str) -> str:
 
 def _days(seconds: float) -> str:
     days = seconds / 86400
-    return f"{days:.3g} days" if days < 100 else f"{days:,.0f} days"
+    if days < 100:
+        return f"{days:.3g} days"
+    return f"{days:,.0f} days" if days < 1e9 else f"{days:.2e} days"
 
 
 def _span_hint() -> str:

@@ -63,3 +63,19 @@ def test_a_fleet_section_compares_with_the_reference_and_the_lower_bound(
     assert "after warm-up" in text and "| tiny | strict | x1.3 |" in text
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "tiny-strict-x1.3-chat.png", "tiny-strict-x1.3-code.png"]
+
+
+def test_plots_of_tenants_with_long_names_get_short_distinct_file_names(
+        tmp_path: Path) -> None:
+    long_a, long_b = "a" * 240 + "-chat", "a" * 240 + "-code"
+    reqs = [Request(i * 0.5, 400, 30, long_a if i % 2 else long_b) for i in range(240)]
+    obj = Objectives(4000, 500, 100)
+    m = step_model()
+    wl = Workload("t" * 200, Trace("t" * 200, tuple(reqs), 120.0),
+                  (Tenant(long_a, m, obj, max_replicas=2), Tenant(long_b, m, obj,
+                                                                   max_replicas=2)))
+    text = render([run_workload("t" * 200, "strict", wl=wl)], tmp_path, cpu_s=1.0).read_text()
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert len(pngs) == 2 and all(len(p) <= 120 for p in pngs)
+    assert all(p.startswith("t" * 100) for p in pngs)
+    assert all(f"]({p})" in text for p in pngs)

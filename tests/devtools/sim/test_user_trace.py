@@ -138,6 +138,9 @@ def test_milliseconds_from_the_column_name_or_the_time_unit(tmp_path: Path) -> N
      '{"timestamp": 1700086400000, "prompt_tokens": 10, "output_tokens": 5}\n', 2,
      "timestamp", "arrivals span 1,000 days from line 1; at most 7 days (times in "
      "milliseconds need --time-unit ms"),
+    ('{"timestamp": 0, "prompt_tokens": 10, "output_tokens": 5}\n'
+     '{"timestamp": 1e300, "prompt_tokens": 10, "output_tokens": 5}\n', 2,
+     "timestamp", "arrivals span 1.16e+295 days from line 1"),
 ])
 def test_a_malformed_jsonl_file_is_rejected_with_its_line_and_field(
         tmp_path: Path, text: str, line: int, field: str | None, what: str) -> None:
