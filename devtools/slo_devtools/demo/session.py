@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.live import Live
 
 from slo_devtools.demo import scenario, timeline, truth, view
-from slo_devtools.demo.scenario import ScenarioError
 from slo_devtools.demo.build import ensure_binaries, format_duration
 from slo_devtools.demo.plots import plot_all
 from slo_devtools.demo.replay import Replay, Target
+from slo_devtools.demo.scenario import ScenarioError
 from slo_devtools.demo.stack import DemoError, Stack, policy_of
 from slo_devtools.devenv.replica_pods import ReplicaHarness
 from slo_devtools.sim.traces import Trace
