@@ -25,6 +25,7 @@ from slo_devtools.demo.replay import Replay, Target
 from slo_devtools.demo.scenario import ScenarioError
 from slo_devtools.demo.stack import DemoError, Stack, policy_of
 from slo_devtools.devenv.replica_pods import ReplicaHarness
+from slo_devtools.sim.command import writable
 from slo_devtools.sim.traces import Trace
 
 SAMPLE_INTERVAL_S = 1.0
@@ -91,9 +92,9 @@ def run_demo(opts: Options, console: Console) -> Result:
     traces = {t.service: scenario.load(t, opts.speed, opts.duration) for t in tenants}
     out = (opts.out or default_out(dt.datetime.now(dt.UTC))).resolve()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ScenarioError(f"--out: cannot create {out}: {err.strerror or err}") from err
+        writable(out)
+    except ValueError as err:
+        raise ScenarioError(str(err)) from err
     console.print(f"[bold]slo-operator demo[/]: results will be written to {out}")
     with _logs_to(out / "demo.log"):
         return _run(opts, console, out, traces, manifests, t_start)

@@ -81,8 +81,8 @@ def compute(traces: Sequence[str], target_sets: Sequence[str], seed: int = 0, jo
 
 
 def writable(out: Path) -> None:
-    """Create the report's folder before any simulating, so a long run never ends in a
-    report it cannot write."""
+    """Create an output folder before any work (a simulation, the demo's cluster), so a
+    long run never ends in results it cannot write; ValueError naming ``--out`` if not."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
