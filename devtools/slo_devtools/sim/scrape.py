@@ -217,9 +217,11 @@ def observation(scr: Scraper, svc: Service, now: float, window: float, pct: Perc
     p = scr.pair(name, now, window)
     queried = p[1].prefix_queries - p[0].prefix_queries if p else 0.0
     prefills = p[1].prefills - p[0].prefills if p else 0.0
-    decode = scr.mean(name, "tpot", now, window)
+    # As the operator reads it (``slo.signals``): the token-weighted inter-token mean
+    # first, the per-request mean where no token was timed.
+    decode = scr.mean(name, "itl", now, window)
     if decode is None:
-        decode = scr.mean(name, "itl", now, window)
+        decode = scr.mean(name, "tpot", now, window)
     sig = Signals(
         state=state,
         e2e_ms=None if e2e is None else e2e * 1e3,

@@ -114,6 +114,11 @@ THROUGHPUT_SIGNALS = (
     # vLLM's prefill time (scheduled to first token): its sum and count, for the mean.
     ("prefill_seconds", c.PREFILL_TIME + "_sum"),
     ("prefills", c.PREFILL_TIME + "_count"),
+    # vLLM's inter-token latency, one observation per generated token after a request's
+    # first: its sum over its count is the window's mean time per output token weighted by
+    # tokens, which is what Little's law needs (``control.law``'s speed learning).
+    ("token_seconds", c.INTER_TOKEN_LATENCY + "_sum"),
+    ("tokens_timed", c.INTER_TOKEN_LATENCY + "_count"),
 )
 # The ``throughput`` query's row of arrivals over the window's last half (``recent_range_s``).
 ARRIVALS_RECENT = "arrivals_recent"

@@ -18,8 +18,9 @@ Input is what the Prometheus HTTP API returns for an instant query (a list of
   arrival counter only: without it (pods without the gateway) both are ``None``; the peak
   is never below the window's mean (the short steps tile the window);
 - ``prefix_hit_share`` is prefix-cache hits over lookups (prompt tokens), in 0..1, ``None``
-  when nothing was looked up; ``decode_mean_ms`` is the decode histogram's sum rate over
-  its count rate (the ``+Inf`` bucket) for the source the jitter reads;
+  when nothing was looked up; ``decode_mean_ms`` is vLLM's inter-token latency sum rate
+  over its count rate (a mean over generated tokens), else the decode histogram's sum rate
+  over its count rate (the ``+Inf`` bucket) for the source the jitter reads;
   ``prefill_mean_ms`` is vLLM's prefill time (scheduled to first token) sum rate over its
   count rate, ``None`` while no prefill finished;
 - ``answer_tail_tokens`` is a length the answers' percentile at the policy's end-to-end
@@ -294,7 +295,8 @@ def _one(key: ServiceKey, spec: SignalSpec, plan: QueryPlan,
         arrival_peak_rate=arrival_peak_rate,
         prefix_hit_share=_share(_pick(tp, "signal", "prefix_hits", w),
                                 _pick(tp, "signal", "prefix_queries", w)),
-        decode_mean_ms=decode_mean_ms,
+        decode_mean_ms=_mean_ms(_pick(tp, "signal", "token_seconds", w),
+                                _pick(tp, "signal", "tokens_timed", w)) or decode_mean_ms,
         prefill_mean_ms=_mean_ms(_pick(tp, "signal", "prefill_seconds", w),
                                  _pick(tp, "signal", "prefills", w)),
         answer_tail_tokens=answer_tail,

@@ -382,6 +382,21 @@ def test_decode_mean_is_the_sum_rate_over_the_count_rate_of_the_chosen_source() 
     assert parse({**minimal(), "decode": fallback}).decode_mean_ms == pytest.approx(15.0)
 
 
+def test_decode_mean_weights_tokens_where_vllm_times_them() -> None:
+    """vLLM's inter-token latency sum and count (one observation per generated token) win
+    over the per-request histogram: a long answer weighs as its tokens do."""
+    decode = [row(0.1, le="sum", source="request", window="60s")]
+    decode += hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS)
+    results = minimal()
+    results["decode"] = decode
+    results["throughput"] += [row(2.0, signal="token_seconds", window="60s"),
+                              row(50.0, signal="tokens_timed", window="60s")]
+    assert parse(results).decode_mean_ms == pytest.approx(40.0)
+    # No token timed in the window: the per-request mean stands.
+    results["throughput"][-1] = row(0.0, signal="tokens_timed", window="60s")
+    assert parse(results).decode_mean_ms == pytest.approx(25.0)
+
+
 @pytest.mark.parametrize("decode", [
     pytest.param([], id="no-histogram"),
     pytest.param(hist((1.0, 1.0, 3.0, 4.0), "request", bounds=DECODE_BOUNDS), id="no-sum"),
