@@ -27,6 +27,7 @@ from pathlib import Path
 
 from slo_devtools.sim.traces import (
     SERVEGEN_DEFAULT_CV,
+    SERVEGEN_FILES,
     SERVEGEN_WINDOW_S,
     gamma_arrivals,
     read_servegen,
@@ -53,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--set", choices=("m-large", "m-small"), default="m-small",
+    ap.add_argument("--set", choices=sorted(SERVEGEN_FILES), default="m-small",
                     help="ServeGen aggregate-rate set (default m-small)")
     ap.add_argument("--day", type=int, default=DAY, help=f"day of the set (default {DAY})")
     ap.add_argument("--start-rate", type=_positive, default=START_RATE,
